@@ -1,0 +1,8 @@
+from .config_checks import (DataNotFoundError, check_data_paths,
+                            check_work_dir, missing_data_files)
+from .launch import prepare_cpu_distributed
+
+__all__ = [
+    'DataNotFoundError', 'check_data_paths', 'check_work_dir',
+    'missing_data_files', 'prepare_cpu_distributed'
+]

@@ -1,0 +1,93 @@
+"""Checks run by ``tools/train.py`` and ``tools/test.py`` before a Runner is
+built, so that a user mistake ends in one clear message instead of a stack of
+tracebacks from inside a dataloader worker."""
+import glob
+import os.path as osp
+from typing import Iterator, List, Optional
+
+from mmengine.config import Config
+
+SYNTHETIC_HINT = ('generate it with: python '
+                  'tools/dataset_converters/make_synthetic_coco.py '
+                  '--out-dir {root}')
+COCO_HINT = ('download COCO 2017 to data/coco/ (annotations/, train2017/, '
+             'val2017/) or point `data_root` at it with --cfg-options')
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A config names a data set file that does not exist."""
+
+
+def _iter_datasets(dataset_cfg) -> Iterator[dict]:
+    """Yield leaf dataset configs, looking through dataset wrappers."""
+    if dataset_cfg is None:
+        return
+    if 'datasets' in dataset_cfg:  # ConcatDataset
+        for sub in dataset_cfg['datasets']:
+            yield from _iter_datasets(sub)
+    elif 'dataset' in dataset_cfg:  # RepeatDataset, ClassBalancedDataset...
+        yield from _iter_datasets(dataset_cfg['dataset'])
+    else:
+        yield dataset_cfg
+
+
+def missing_data_files(cfg: Config,
+                       splits=('train', 'val', 'test')) -> List[str]:
+    """Annotation files named by the config's dataloaders that are missing.
+
+    Args:
+        cfg (Config): A full mmdet config.
+        splits (tuple[str]): Which ``<split>_dataloader`` to look at.
+
+    Returns:
+        list[str]: Missing paths, ``data_root`` joined with ``ann_file``.
+    """
+    missing = []
+    for split in splits:
+        loader = cfg.get(f'{split}_dataloader')
+        if not loader:
+            continue
+        for ds in _iter_datasets(loader.get('dataset')):
+            ann_file = ds.get('ann_file')
+            if not ann_file:
+                continue
+            path = osp.join(ds.get('data_root') or '', ann_file)
+            if not osp.isfile(path) and path not in missing:
+                missing.append(path)
+    return missing
+
+
+def check_data_paths(cfg: Config, splits=('train', 'val', 'test')) -> None:
+    """Raise :class:`DataNotFoundError` naming every missing annotation file
+    and how to make or get it."""
+    missing = missing_data_files(cfg, splits)
+    if not missing:
+        return
+    lines = [f'Data set file(s) named in the config are missing:']
+    for path in missing:
+        root = path.split('annotations')[0].rstrip('/') or '.'
+        hint = SYNTHETIC_HINT.format(root=root) if 'synthetic' in path \
+            else COCO_HINT
+        lines.append(f'  {path}\n    -> {hint}')
+    raise DataNotFoundError('\n'.join(lines))
+
+
+def check_work_dir(work_dir: str, resume: Optional[object],
+                   overwrite: bool) -> None:
+    """Refuse to start a fresh run over a work dir that holds checkpoints.
+
+    mmengine names checkpoints ``epoch_N.pth`` / ``iter_N.pth``, so a fresh
+    run in the same directory would silently replace them.
+
+    Raises:
+        FileExistsError: If ``work_dir`` has ``*.pth`` files, ``resume`` is
+            falsy and ``overwrite`` is False.
+    """
+    ckpts = sorted(glob.glob(osp.join(work_dir, '*.pth')))
+    if ckpts and not resume and not overwrite:
+        shown = ', '.join(osp.basename(c) for c in ckpts[:3])
+        more = f' and {len(ckpts) - 3} more' if len(ckpts) > 3 else ''
+        raise FileExistsError(
+            f'work_dir {work_dir!r} already holds checkpoints ({shown}{more})'
+            ' that a fresh run would overwrite. Pass --resume to continue it, '
+            'choose another --work-dir, or pass --overwrite to replace them.')

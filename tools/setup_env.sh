@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Create .venv/ in the repo root and install the mmpe stack into it.
+#
+# Idempotent: a stamp file records the hash of the requirement files and of this
+# script, so a second run with nothing changed returns in about a second.
+#
+#   bash tools/setup_env.sh          # runtime stack
+#   bash tools/setup_env.sh tests    # runtime stack + test dependencies
+#
+# The slow part of a first run is mmcv 2.1.0's C++ ops (about 12 minutes on two
+# cores); pip caches the built wheel, so later fresh venvs install it in seconds.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${MMPE_VENV:-$ROOT/.venv}"
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+EXTRA="${1:-}"
+
+hash_inputs() {
+    cat "$ROOT"/requirements/*.txt "$ROOT/tools/setup_env.sh" "$ROOT/setup.py" | sha256sum | cut -c1-16
+}
+STAMP="$VENV/.mmpe-setup-${EXTRA:-runtime}-$(hash_inputs)"
+if [ -f "$STAMP" ]; then
+    echo "[setup] $VENV is up to date"
+    exit 0
+fi
+
+start=$(date +%s)
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "[setup] creating $VENV with $($PYTHON --version)"
+    "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip)
+"${PIP[@]}" install -q --upgrade pip "setuptools<70" wheel
+
+# Keep a torch the user installed first (e.g. a CUDA build); otherwise the CPU build.
+if "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+    echo "[setup] keeping torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+else
+    echo "[setup] installing torch==${MMPE_TORCH_VERSION:-2.13.0}"
+    "${PIP[@]}" install -q "torch==${MMPE_TORCH_VERSION:-2.13.0}"
+fi
+
+# setuptools < 70 again: torch's install may upgrade it, and mmcv 2.1.0's
+# setup.py needs pkg_resources.
+"${PIP[@]}" install -q "numpy<2" "mmengine==0.10.7" "setuptools<70" ninja psutil
+
+# mmcv with its compiled ops (mmdet 3.3.0 refuses mmcv >= 2.2.0, and PyPI has no
+# wheel of 2.1.0 for current torch). --no-build-isolation so it builds against
+# the torch in this venv.
+if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" >/dev/null 2>&1; then
+    echo "[setup] building mmcv==2.1.0 with ops (first time: ~12 min on 2 cores; cached afterwards)"
+    MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+        "${PIP[@]}" install --no-build-isolation "mmcv==2.1.0"
+fi
+
+"${PIP[@]}" install -q -r "$ROOT/requirements/runtime.txt"
+if [ "$EXTRA" = "tests" ]; then
+    "${PIP[@]}" install -q -r "$ROOT/requirements/tests.txt"
+fi
+# The plugin itself, editable, without touching the pinned stack.
+"${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT"
+
+"$VENV/bin/python" - <<'PY'
+import mmcv, mmdet, mmengine, torch
+import mmdet.models  # noqa: F401  (needs mmcv.ops)
+from mmcv.ops import nms
+boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]])
+nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
+print(f'[setup] torch {torch.__version__}, mmengine {mmengine.__version__}, '
+      f'mmcv {mmcv.__version__} (ops ok), mmdet {mmdet.__version__}')
+PY
+rm -f "$VENV"/.mmpe-setup-"${EXTRA:-runtime}"-*
+touch "$STAMP"
+echo "[setup] done in $(( $(date +%s) - start )) s"

@@ -1,0 +1,140 @@
+"""Train a detector with MMEngine's Runner; mmpe's modules are registered.
+
+Same flags as mmdet's ``tools/train.py``, plus ``--overwrite`` (a fresh run
+refuses to replace the checkpoints of an earlier run in the same work dir)
+and ``--allow-unsafe-checkpoint`` (see ``mmpe.engine.safe_checkpoint``).
+
+    python tools/train.py configs/quickstart/detr_irpe_r18_synthetic.py
+    bash tools/dist_train.sh CONFIG 2        # DDP via torchrun
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+import torch
+from mmengine.config import Config, DictAction
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+
+sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
+import mmpe  # noqa: E402,F401  (registers modules, safe checkpoints)
+from mmpe.engine import UNSAFE_LOAD_ENV  # noqa: E402
+from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
+                        check_work_dir, prepare_cpu_distributed)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a detector')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        default=False,
+        help='mixed precision: fp16 on CUDA, bf16 autocast on CPU')
+    parser.add_argument(
+        '--auto-scale-lr',
+        action='store_true',
+        help='scale the learning rate by total batch size / base batch size')
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from the given checkpoint, or with no value from the '
+        'latest checkpoint in the work dir')
+    parser.add_argument(
+        '--overwrite',
+        action='store_true',
+        help='start a fresh run even if the work dir holds checkpoints')
+    parser.add_argument(
+        '--allow-unsafe-checkpoint',
+        action='store_true',
+        help=f'load trusted checkpoints that need full unpickling (sets '
+        f'{UNSAFE_LOAD_ENV}=1)')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings in the config, key=value pairs')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def build_cfg(args) -> Config:
+    """Load the config and apply the command-line flags, as mmdet does."""
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+
+    if args.amp:
+        optim_wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
+        if optim_wrapper == 'AmpOptimWrapper':
+            print('AMP training is already enabled in your config.')
+        else:
+            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+            if torch.cuda.is_available():
+                cfg.optim_wrapper.loss_scale = 'dynamic'
+            else:
+                # CPU autocast runs bf16, whose range needs no loss scaling.
+                cfg.optim_wrapper.dtype = 'bfloat16'
+
+    if args.auto_scale_lr:
+        if 'auto_scale_lr' in cfg and 'enable' in cfg.auto_scale_lr \
+                and 'base_batch_size' in cfg.auto_scale_lr:
+            cfg.auto_scale_lr.enable = True
+        else:
+            raise RuntimeError('Can not find "auto_scale_lr" or '
+                               '"auto_scale_lr.enable" or '
+                               '"auto_scale_lr.base_batch_size" in your '
+                               'configuration file.')
+
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        cfg.resume = True
+        cfg.load_from = args.resume
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.allow_unsafe_checkpoint:
+        os.environ[UNSAFE_LOAD_ENV] = '1'
+    cfg = build_cfg(args)
+    splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
+    try:
+        check_data_paths(cfg, splits)
+        check_work_dir(cfg.work_dir, cfg.get('resume'), args.overwrite)
+    except (DataNotFoundError, FileExistsError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 2
+    prepare_cpu_distributed(cfg, args.launcher)
+
+    if 'runner_type' not in cfg:
+        runner = Runner.from_cfg(cfg)
+    else:
+        runner = RUNNERS.build(cfg)
+    runner.train()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
