@@ -44,7 +44,16 @@ fi
 
 # setuptools < 70 again: torch's install may upgrade it, and mmcv 2.1.0's
 # setup.py needs pkg_resources.
-"${PIP[@]}" install -q "numpy<2" "mmengine==0.10.7" "setuptools<70" ninja psutil
+# Every later install is constrained to this torch, so that no dependency
+# swaps it (e.g. for a multi-GB CUDA build) under the compiled mmcv ops.
+TORCH_VERSION="$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+CONSTRAINTS="$VENV/mmpe-constraints.txt"
+echo "torch==$TORCH_VERSION" > "$CONSTRAINTS"
+# The same guard for any later `pip install` into this venv (mmcv's ops are
+# compiled against this torch). Remove .venv/pip.conf to change torch.
+printf '[install]\nconstraint = %s\n' "$CONSTRAINTS" > "$VENV/pip.conf"
+PIP=("${PIP[@]}" install -c "$CONSTRAINTS")
+"${PIP[@]}" -q "numpy<2" "mmengine==0.10.7" "setuptools<70" ninja psutil
 
 # mmcv with its compiled ops (mmdet 3.3.0 refuses mmcv >= 2.2.0, and PyPI has no
 # wheel of 2.1.0 for current torch). --no-build-isolation so it builds against
@@ -52,15 +61,15 @@ fi
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" >/dev/null 2>&1; then
     echo "[setup] building mmcv==2.1.0 with ops (first time: ~12 min on 2 cores; cached afterwards)"
     MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-        "${PIP[@]}" install --no-build-isolation "mmcv==2.1.0"
+        "${PIP[@]}" --no-build-isolation "mmcv==2.1.0"
 fi
 
-"${PIP[@]}" install -q -r "$ROOT/requirements/runtime.txt"
+"${PIP[@]}" -q -r "$ROOT/requirements/runtime.txt"
 if [ "$EXTRA" = "tests" ]; then
-    "${PIP[@]}" install -q -r "$ROOT/requirements/tests.txt"
+    "${PIP[@]}" -q -r "$ROOT/requirements/tests.txt"
 fi
 # The plugin itself, editable, without touching the pinned stack.
-"${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT"
+"${PIP[@]}" -q --no-deps --no-build-isolation -e "$ROOT"
 
 "$VENV/bin/python" - <<'PY'
 import mmcv, mmdet, mmengine, torch
