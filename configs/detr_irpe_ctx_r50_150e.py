@@ -14,13 +14,13 @@ rpe_cfg = dict(
     index='piecewise',
     ratio=1.9,
     shared_head=True,
-    skip=0)
+    skip=0,
+    # Tables start at zero as in the paper (Sec. 4.1); 'xavier' is what the
+    # authors' DETR code ends up doing.
+    init='zeros')
 
 model = dict(
     type='iRPEDETR',
-    # RPE tables start at zero as in the paper (Sec. 4.1); 'xavier' is what
-    # the authors' DETR code ends up doing.
-    rpe_table_init='zeros',
     encoder=dict(
         layer_cfg=dict(
             self_attn_cfg=dict(rpe_cfg=rpe_cfg, rpe_on='k'))))

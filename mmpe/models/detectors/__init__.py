@@ -1,1 +1,6 @@
-__all__ = []
+from .detr_irpe import (iRPEDETR, iRPEDetrTransformerEncoder,
+                        iRPEDetrTransformerEncoderLayer)
+
+__all__ = [
+    'iRPEDETR', 'iRPEDetrTransformerEncoder', 'iRPEDetrTransformerEncoderLayer'
+]
