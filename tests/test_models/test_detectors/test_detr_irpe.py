@@ -74,8 +74,8 @@ def test_grid_reaches_every_encoder_layer_and_decoder_untouched():
     model(**data, mode='loss')
     for h in hooks:
         h.remove()
-    # padded batch: 128 x 160 at stride 16 -> 8 x 10 grid, in all 3 layers
-    assert seen == [(8, 10)] * 3
+    # padded batch: 128 x 160 at the quick-start's stride 8 -> 16 x 20
+    assert seen == [(16, 20)] * 3
 
 
 def test_losses_finite_and_tables_get_gradients():
@@ -113,7 +113,7 @@ def test_no_absolute_pe_variant():
     enc, dec = model.pre_transformer(feats, data['data_samples'])
     assert torch.count_nonzero(enc['feat_pos']) == 0
     assert torch.count_nonzero(dec['memory_pos']) == 0
-    assert enc['spatial_shape'] == (6, 8)
+    assert enc['spatial_shape'] == (12, 16)  # 96 x 128 at stride 8
     losses = model(**data, mode='loss')
     assert all(torch.isfinite(v).all() for v in losses.values())
 
