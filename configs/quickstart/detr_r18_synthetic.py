@@ -147,4 +147,6 @@ param_scheduler = [
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10),
     checkpoint=dict(type='CheckpointHook', interval=4, max_keep_ckpts=2))
+# RNG states go into checkpoints, so --resume repeats an uninterrupted run.
+custom_hooks = [dict(type='RNGStateHook')]
 auto_scale_lr = dict(base_batch_size=16)

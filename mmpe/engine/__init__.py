@@ -1,4 +1,6 @@
-"""Engine helpers: weights-only-safe checkpoints for MMEngine on torch >= 2.6."""
+"""Engine helpers: weights-only-safe checkpoints for MMEngine on torch >= 2.6
+and a hook that makes resumed runs repeat uninterrupted ones."""
+from .rng_state_hook import RNGStateHook
 from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
                               install, load_from_local_safe,
                               rebuild_history_buffer)
@@ -6,6 +8,6 @@ from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
 install()
 
 __all__ = [
-    'UNSAFE_LOAD_ENV', 'UnsafeCheckpointError', 'install',
+    'RNGStateHook', 'UNSAFE_LOAD_ENV', 'UnsafeCheckpointError', 'install',
     'load_from_local_safe', 'rebuild_history_buffer'
 ]

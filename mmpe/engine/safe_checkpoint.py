@@ -8,8 +8,10 @@ Allow-listing ``getattr`` (or loading with ``weights_only=False``) would let a
 downloaded checkpoint run arbitrary code, so instead this module:
 
 1. registers a :mod:`copyreg` reducer that stores a ``HistoryBuffer`` as two
-   tensors and its maximum length, rebuilt by :func:`rebuild_history_buffer`,
-   the only function added to torch's weights-only allow-list;
+   tensors and its maximum length, rebuilt by :func:`rebuild_history_buffer`;
+   that function and numpy's array / scalar / dtype constructors (the
+   message hub also logs numpy scalars) are all that is added to torch's
+   weights-only allow-list;
 2. replaces MMEngine's local-file checkpoint loader by one that always loads
    with ``weights_only=True`` and, when a file needs full unpickling, refuses
    it with an error naming the opt-in :data:`UNSAFE_LOAD_ENV`.
@@ -24,7 +26,7 @@ import os
 import os.path as osp
 import pickle
 import warnings
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -64,6 +66,26 @@ def rebuild_history_buffer(log_history: torch.Tensor,
     return buffer
 
 
+def _numpy_safe_globals() -> List[Any]:
+    """numpy's array, scalar and dtype constructors.
+
+    They rebuild numeric data from bytes; an object-dtype payload would still
+    have to pass the allow-list on its own.
+    """
+    from numpy.core import multiarray
+    safe: List[Any] = [
+        multiarray.scalar, multiarray._reconstruct, np.ndarray, np.dtype
+    ]
+    dtypes = getattr(np, 'dtypes', None)  # numpy >= 1.25: one class a dtype
+    if dtypes is not None:
+        safe += [
+            getattr(dtypes, name) for name in dir(dtypes)
+            if name.endswith('DType') and name not in ('ObjectDType',
+                                                       'VoidDType')
+        ]
+    return safe
+
+
 def _reduce_history_buffer(
         buffer: HistoryBuffer) -> Tuple[Callable, Tuple[Any, ...]]:
     # Only numeric arrays go in: statistics methods are class-level and get
@@ -100,6 +122,9 @@ def load_from_local_safe(filename: str,
         return torch.load(
             filename, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        reason = next((ln for ln in lines if 'Unsupported global' in ln),
+                      lines[-1] if lines else repr(err))
         if os.environ.get(UNSAFE_LOAD_ENV) == '1':
             warnings.warn(
                 f'Loading {filename!r} with full unpickling because '
@@ -108,8 +133,8 @@ def load_from_local_safe(filename: str,
                 filename, map_location=map_location, weights_only=False)
         raise UnsafeCheckpointError(
             f'Checkpoint {filename!r} cannot be loaded weights-only: it '
-            f'stores objects outside torch\'s allow-list (torch says: '
-            f'{str(err).splitlines()[0]}). Checkpoints written by mmpe-driven '
+            f'stores objects outside torch\'s allow-list ({reason}). '
+            f'Checkpoints written by mmpe-driven '
             f'training load safely; to load this one anyway, and only if you '
             f'trust where it came from, set the environment variable '
             f'{UNSAFE_LOAD_ENV}=1 (or pass --allow-unsafe-checkpoint to '
@@ -132,7 +157,8 @@ def install() -> None:
         _installed = True
         return
     copyreg.pickle(HistoryBuffer, _reduce_history_buffer)
-    torch.serialization.add_safe_globals([rebuild_history_buffer])
+    torch.serialization.add_safe_globals([rebuild_history_buffer] +
+                                         _numpy_safe_globals())
     CheckpointLoader.register_scheme(
         prefixes='', loader=load_from_local_safe, force=True)
     print_log(
