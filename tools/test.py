@@ -19,6 +19,7 @@ sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
 import mmpe  # noqa: E402,F401  (registers modules, safe checkpoints)
 from mmpe.engine import UNSAFE_LOAD_ENV  # noqa: E402
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
+                        fix_worker_settings,
                         prepare_cpu_distributed)
 
 
@@ -110,6 +111,7 @@ def main(argv=None):
             cfg.test_evaluator, dict) else list(cfg.test_evaluator)
         cfg.test_evaluator.append(
             dict(type='DumpDetResults', out_file_path=args.out))
+    fix_worker_settings(cfg)
     prepare_cpu_distributed(cfg, args.launcher)
 
     if 'runner_type' not in cfg:

@@ -21,6 +21,7 @@ sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
 import mmpe  # noqa: E402,F401  (registers modules, safe checkpoints)
 from mmpe.engine import UNSAFE_LOAD_ENV  # noqa: E402
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
+                        fix_worker_settings,
                         check_work_dir, prepare_cpu_distributed)
 
 
@@ -126,6 +127,7 @@ def main(argv=None):
     except (DataNotFoundError, FileExistsError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 2
+    fix_worker_settings(cfg)
     prepare_cpu_distributed(cfg, args.launcher)
 
     if 'runner_type' not in cfg:

@@ -1,8 +1,9 @@
 from .config_checks import (DataNotFoundError, check_data_paths,
-                            check_work_dir, missing_data_files)
+                            check_work_dir, fix_worker_settings,
+                            missing_data_files)
 from .launch import prepare_cpu_distributed
 
 __all__ = [
     'DataNotFoundError', 'check_data_paths', 'check_work_dir',
-    'missing_data_files', 'prepare_cpu_distributed'
+    'fix_worker_settings', 'missing_data_files', 'prepare_cpu_distributed'
 ]

@@ -91,3 +91,14 @@ def check_work_dir(work_dir: str, resume: Optional[object],
             f'work_dir {work_dir!r} already holds checkpoints ({shown}{more})'
             ' that a fresh run would overwrite. Pass --resume to continue it, '
             'choose another --work-dir, or pass --overwrite to replace them.')
+
+
+def fix_worker_settings(cfg: Config) -> None:
+    """``persistent_workers=True`` with ``num_workers=0`` makes torch's
+    DataLoader raise; turn it off where a config (or ``--cfg-options``) asks
+    for no workers, so that ``num_workers=0`` alone is enough."""
+    for split in ('train', 'val', 'test'):
+        loader = cfg.get(f'{split}_dataloader')
+        if loader and loader.get('num_workers', 0) == 0 \
+                and loader.get('persistent_workers', False):
+            loader['persistent_workers'] = False

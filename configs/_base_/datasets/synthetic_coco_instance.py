@@ -14,10 +14,13 @@ train_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True, poly2mask=True),
     dict(type='RandomFlip', prob=0.5),
+    # Images keep their generated size; this only records scale_factor.
+    dict(type='Resize', scale_factor=1.0, keep_ratio=True),
     dict(type='PackDetInputs')
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='Resize', scale_factor=1.0, keep_ratio=True),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True, poly2mask=True),
     dict(
         type='PackDetInputs',

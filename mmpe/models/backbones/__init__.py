@@ -1,1 +1,3 @@
-__all__ = []
+from .cpvt import CPVT, timm_vit_to_cpvt
+
+__all__ = ['CPVT', 'timm_vit_to_cpvt']

@@ -14,7 +14,8 @@ As in the authors' release, queries are scaled by :math:`1/\\sqrt{d}` before
 they meet :math:`r^K` and keys before they meet :math:`r^Q`.
 """
 import math
-from typing import Dict, Optional, Sequence, Tuple
+import warnings
+from typing import Dict, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +25,76 @@ from torch import Tensor, nn
 
 from mmdet.registry import MODELS
 from .irpe import iRPE
+from .irpe_flex import (flex_cache_key, flex_unsupported_reason,
+                        irpe_flex_attention)
 
 RPE_ON_CHOICES = ('q', 'k', 'v', 'qk', 'kv', 'qv', 'qkv')
+ATTN_IMPL_CHOICES = ('auto', 'explicit', 'flex')
+
+# dtypes FlexAttention compiles for on CPU (PyTorch 2.13)
+_FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# (device type, dtype) whose compilation failed once: not retried
+_FLEX_FAILED: Set[tuple] = set()
+# kernels 'auto' has compiled (one per grid, batch, dtype, config): bounded
+# like torch._dynamo's recompile limit, past which dynamo would run
+# FlexAttention eagerly (unfused)
+_FLEX_KEYS: Set[tuple] = set()
+MAX_FLEX_KERNELS = 8
+# 'auto' on CPU (inference) takes the fused path only when the (B, H, L, L)
+# attention bias it avoids would take at least this many bytes: measured on 2
+# cores (docs/benchmark.md), FlexAttention's CPU forward is slower than the
+# explicit path (SDPA with the bias as its mask) and compiles per grid, so
+# on CPU it pays off only where memory is the limit. 0: always on CPU.
+FLEX_CPU_MIN_BYTES = 2**30
+_WARNED: Set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        warnings.warn(msg, stacklevel=3)
+
+
+def _accumulate(term: Tensor, bias: Optional[Tensor], fresh: bool) -> Tensor:
+    """``term + bias`` for a constant (no-grad) attention bias, in place in
+    ``term`` when it is a buffer computed for this call alone (``fresh``:
+    contextual terms depend on the input) of the full shape."""
+    if bias is None:
+        return term
+    if (fresh and term.is_contiguous() and not term.requires_grad
+            and torch.broadcast_shapes(term.shape, bias.shape) == term.shape):
+        return term.add_(bias)
+    return term + bias
+
+
+class _MaskedSoftmax(torch.autograd.Function):
+    """``softmax(logits + mask)`` over the last dim, in place.
+
+    On CPU every fresh (B, H, L, L) buffer costs page faults comparable to a
+    pass over it, so the logits buffer becomes the probabilities, and in
+    backward the incoming gradient buffer becomes the logits' gradient.
+    That buffer is produced by this layer's own ``attn @ v`` (and ``rpe_v``)
+    backward and is read by no one else.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, mask: Optional[Tensor]) -> Tensor:
+        if mask is not None:
+            logits.add_(mask)
+        torch.ops.aten._softmax.out(logits, -1, False, out=logits)
+        ctx.mark_dirty(logits)
+        ctx.save_for_backward(logits)
+        return logits
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tuple[Tensor, None]:
+        (prob, ) = ctx.saved_tensors
+        if grad.is_contiguous() and grad.dtype == prob.dtype:
+            torch.ops.aten._softmax_backward_data.out(
+                grad, prob, -1, prob.dtype, grad_input=grad)
+            return grad, None
+        return torch._softmax_backward_data(
+            grad.to(prob.dtype), prob, -1, prob.dtype), None
 
 
 @MODELS.register_module()
@@ -56,6 +125,33 @@ class iRPEMultiheadAttention(BaseModule):
             Defaults to None.
         rpe_on (str): Where iRPE goes, one of ``'q'``, ``'k'``, ``'v'``,
             ``'qk'``, ``'kv'``, ``'qv'``, ``'qkv'``. Defaults to ``'k'``.
+        attn_impl (str): How attention is computed, one of
+            ``'auto'``, ``'explicit'``, ``'flex'``. Defaults to ``'auto'``.
+
+            - ``'explicit'``: logits ``q k^T`` (B, H, L, L) with the iRPE
+              terms added in place, softmax in place, ``@ v``. When no
+              gradient flows into the iRPE terms and there is no iRPE on
+              values (inference, frozen tables, or no RPE at all), the terms
+              (and the padding mask) become the float mask of
+              ``F.scaled_dot_product_attention``, whose fused kernels are
+              faster.
+            - ``'flex'``: the fused FlexAttention kernel of
+              :func:`~mmpe.models.layers.irpe_flex.irpe_flex_attention`
+              (no (L, L) tensor; compiled per grid size).
+            - ``'auto'``: ``'flex'`` on CUDA, and on CPU when no backward
+              is needed (inference) and the (B, H, L, L) bias it avoids
+              would take at least :data:`FLEX_CPU_MIN_BYTES` (1 GiB; on CPU
+              the fused kernel saves memory, not time);
+              ``'explicit'`` otherwise, and after :data:`MAX_FLEX_KERNELS`
+              distinct compiled kernels.
+
+            Either flex setting falls back to ``'explicit'`` (``'flex'``
+            with a warning) when the fused path does not apply: iRPE on
+            values, an ``attn_mask``, attention dropout while training, no
+            iRPE on q / k, FlexAttention unavailable, a backward on CPU
+            (PyTorch 2.13 has none), a dtype other than float32 / float16 /
+            bfloat16, or a failed compilation (remembered per device type
+            and dtype).
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
 
@@ -69,6 +165,7 @@ class iRPEMultiheadAttention(BaseModule):
                  batch_first: bool = False,
                  rpe_cfg: Optional[Dict] = None,
                  rpe_on: str = 'k',
+                 attn_impl: str = 'auto',
                  init_cfg: Optional[Dict] = None,
                  **kwargs) -> None:
         super().__init__(init_cfg=init_cfg)
@@ -89,6 +186,10 @@ class iRPEMultiheadAttention(BaseModule):
         if rpe_on not in RPE_ON_CHOICES:
             raise ValueError(f'Unsupported `rpe_on` {rpe_on!r}, please choose '
                              f'from {RPE_ON_CHOICES}')
+        if attn_impl not in ATTN_IMPL_CHOICES:
+            raise ValueError(f'Unsupported `attn_impl` {attn_impl!r}, please '
+                             f'choose from {ATTN_IMPL_CHOICES}')
+        self.attn_impl = attn_impl
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
@@ -195,7 +296,8 @@ class iRPEMultiheadAttention(BaseModule):
         Args:
             query, key, value (Tensor): (bs, n, dims), position already
                 added to query and key.
-            attn_mask (Tensor, optional): (n_q, n_k) mask.
+            attn_mask (Tensor, optional): (n_q, n_k) mask, bool (True = not
+                allowed) or additive float.
             key_padding_mask (Tensor, optional): (bs, n_k), True at padding.
             spatial_shape (tuple[int, int], optional): Token grid (h, w).
 
@@ -209,35 +311,148 @@ class iRPEMultiheadAttention(BaseModule):
         k = self._split_heads(F.linear(key, w_k, b_k))
         v = self._split_heads(F.linear(value, w_v, b_v))
         scale = 1.0 / math.sqrt(self.head_dims)
-        q = q * scale
-
         height = width = 0
         if self.rpe_on:
             height, width = self._check_grid(q, k, spatial_shape)
+        if key_padding_mask is not None \
+                and key_padding_mask.device.type == 'cpu' \
+                and not key_padding_mask.any():
+            key_padding_mask = None  # nothing padded (no sync on CPU)
 
-        logits = q @ k.transpose(-2, -1)  # (bs, heads, n_q, n_k)
-        if self.rpe_k is not None:
-            logits = logits + self.rpe_k(q, height, width)
-        if self.rpe_q is not None:
-            logits = logits + self.rpe_q(k * scale, height, width)
-        if attn_mask is not None:
-            if attn_mask.dtype == torch.bool:
-                logits = logits.masked_fill(attn_mask, float('-inf'))
-            else:
-                logits = logits + attn_mask
-        if key_padding_mask is not None:
-            # (bs, n_k) -> (bs, 1, 1, n_k)
-            logits = logits.masked_fill(
-                key_padding_mask[:, None, None, :].bool(), float('-inf'))
-
-        attn = logits.softmax(dim=-1)
-        attn = F.dropout(attn, self.attn_drop_prob, self.training)
-        out = attn @ v  # (bs, heads, n_q, head_dims)
-        if self.rpe_v is not None:
-            out = out + self.rpe_v(attn, height, width)
+        out = None
+        if self._use_flex(q, k, v, attn_mask):
+            out = self._flex(q, k, v, key_padding_mask, scale, height, width)
+        if out is None:
+            out = self._explicit(q, k, v, attn_mask, key_padding_mask, scale,
+                                 height, width)
         # (bs, heads, n, head_dims) -> (bs, n, dims)
         out = out.transpose(1, 2).flatten(2)
         return self.attn.out_proj(out)
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor,
+                  attn_mask: Optional[Tensor],
+                  key_padding_mask: Optional[Tensor], scale: float,
+                  height: int, width: int) -> Tensor:
+        """Eq. 13-17 with (B, H, L, L) logits; (bs, heads, n_q, head_dims).
+        """
+        drop = self.attn_drop_prob if self.training else 0.0
+        terms_need_grad = torch.is_grad_enabled() and any(
+            rpe is not None and (rpe.table.requires_grad or (
+                rpe.mode == 'contextual' and x.requires_grad))
+            for rpe, x in ((self.rpe_k, q), (self.rpe_q, k)))
+        if self.rpe_v is None and not terms_need_grad:
+            # No gradient into the iRPE terms: they (and the masks) are a
+            # constant float mask of SDPA's fused kernels.
+            bias = self._additive_mask(attn_mask, key_padding_mask, q)
+            for rpe, x in ((self.rpe_k, q), (self.rpe_q, k)):
+                if rpe is not None:
+                    bias = _accumulate(
+                        rpe(x * scale, height, width), bias,
+                        fresh=rpe.mode == 'contextual')
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, dropout_p=drop, scale=scale)
+
+        q = q * scale
+        logits = q @ k.transpose(-2, -1)  # (bs, heads, n_q, n_k), fresh
+        # the terms go into the logits in place (no (B, H, L, L) temporary)
+        if self.rpe_k is not None:
+            logits = self.rpe_k(q, height, width, logits=logits)
+        if self.rpe_q is not None:
+            logits = self.rpe_q(k * scale, height, width, logits=logits)
+        mask = self._additive_mask(attn_mask, key_padding_mask, logits)
+        attn = _MaskedSoftmax.apply(logits, mask)
+        if drop > 0:
+            attn = F.dropout(attn, drop, True)
+        out = attn @ v  # (bs, heads, n_q, head_dims)
+        if self.rpe_v is not None:
+            out = out + self.rpe_v(attn, height, width)
+        return out
+
+    @staticmethod
+    def _additive_mask(attn_mask: Optional[Tensor],
+                       key_padding_mask: Optional[Tensor],
+                       like: Tensor) -> Optional[Tensor]:
+        """One float mask (0 / -inf, plus a float ``attn_mask``) that
+        broadcasts to (bs, heads, n_q, n_k), in the dtype of ``like``."""
+        mask = None
+        if key_padding_mask is not None:
+            # (bs, n_k) -> (bs, 1, 1, n_k)
+            kpm = key_padding_mask[:, None, None, :].bool()
+            mask = torch.zeros(
+                kpm.shape, dtype=like.dtype,
+                device=like.device).masked_fill_(kpm, float('-inf'))
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                attn_mask = torch.zeros(
+                    attn_mask.shape, dtype=like.dtype,
+                    device=like.device).masked_fill_(attn_mask, float('-inf'))
+            attn_mask = attn_mask.to(like.dtype)
+            mask = attn_mask if mask is None else mask + attn_mask
+        return mask
+
+    # ------------------------------------------------------------------
+    # the fused FlexAttention path
+    # ------------------------------------------------------------------
+    def _flex_reason(self, q: Tensor, k: Tensor, v: Tensor,
+                     attn_mask: Optional[Tensor]) -> Optional[str]:
+        """Why the fused path does not apply to this call, or None."""
+        if self.rpe_k is None and self.rpe_q is None:
+            return 'no iRPE on queries or keys'
+        if self.rpe_v is not None:
+            return 'iRPE on values needs the attention probabilities'
+        if attn_mask is not None:
+            return '`attn_mask` is not supported'
+        if self.training and self.attn_drop_prob > 0:
+            return 'attention dropout is not supported'
+        if q.dtype not in _FLEX_DTYPES:
+            return f'dtype {q.dtype} is not supported'
+        if (q.device.type, q.dtype) in _FLEX_FAILED:
+            return f'compilation failed before on {q.device.type}'
+        requires_grad = torch.is_grad_enabled() and (
+            q.requires_grad or k.requires_grad or v.requires_grad or any(
+                rpe is not None and rpe.table.requires_grad
+                for rpe in (self.rpe_k, self.rpe_q)))
+        return flex_unsupported_reason(q.device, requires_grad)
+
+    def _use_flex(self, q: Tensor, k: Tensor, v: Tensor,
+                  attn_mask: Optional[Tensor]) -> bool:
+        if self.attn_impl == 'explicit':
+            return False
+        reason = self._flex_reason(q, k, v, attn_mask)
+        if reason is not None:
+            if self.attn_impl == 'flex':
+                _warn_once(f"iRPEMultiheadAttention attn_impl='flex' falls "
+                           f'back to the explicit path: {reason}')
+            return False
+        if self.attn_impl == 'auto' and q.device.type == 'cpu':
+            bs, heads, n_q = q.shape[:3]
+            size = bs * heads * n_q * k.shape[2] * q.element_size()
+            return size >= FLEX_CPU_MIN_BYTES
+        return True
+
+    def _flex(self, q: Tensor, k: Tensor, v: Tensor,
+              key_padding_mask: Optional[Tensor], scale: float, height: int,
+              width: int) -> Optional[Tensor]:
+        """The fused path, or None where 'auto' or a failure says explicit.
+        """
+        key = flex_cache_key(q, height, width, (self.rpe_k, self.rpe_q),
+                             key_padding_mask is not None)
+        if self.attn_impl == 'auto' and key not in _FLEX_KEYS:
+            if len(_FLEX_KEYS) >= MAX_FLEX_KERNELS:
+                return None  # do not compile yet another kernel
+            _FLEX_KEYS.add(key)
+        try:
+            return irpe_flex_attention(
+                q.contiguous(), k.contiguous(), v.contiguous(), height,
+                width, self.rpe_k, self.rpe_q, key_padding_mask, scale)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # compilation (no compiler, inductor bug)
+            _FLEX_FAILED.add((q.device.type, q.dtype))
+            _warn_once('iRPEMultiheadAttention: FlexAttention failed on '
+                       f'{q.device.type} ({type(e).__name__}: '
+                       f'{str(e)[:200]}); using the explicit path')
+            return None
 
     def _check_grid(self, q: Tensor, k: Tensor,
                     spatial_shape: Optional[Sequence[int]]) -> Tuple[int, int]:

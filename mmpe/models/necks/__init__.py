@@ -1,1 +1,3 @@
-__all__ = []
+from .simple_fpn import ViTSimpleFPN
+
+__all__ = ['ViTSimpleFPN']

@@ -1,0 +1,309 @@
+"""Fused iRPE attention on PyTorch FlexAttention, without an (L, L) tensor.
+
+Computes the attention of Eq. 13-16 of `Rethinking and Improving Relative
+Position Encoding for Vision Transformer <https://arxiv.org/abs/2107.14222>`_
+(Wu et al., ICCV 2021) with iRPE on keys and/or queries (bias or contextual)
+in one FlexAttention kernel: a ``score_mod`` adds the per-query lookup of
+Eq. 27-28 to every logit as the kernel produces it,
+
+.. math::
+
+    e_{ij} \\mathrel{+}= \\mathrm{lut}^K[b, h, i, \\beta(i, j)] +
+    \\mathrm{lut}^Q[b, h, j, \\beta(j, i)], \\quad
+    \\mathrm{lut}^K = (q / \\sqrt{d}) R^{K\\top}, \\;
+    \\mathrm{lut}^Q = (k / \\sqrt{d}) R^{Q\\top}
+
+(bias mode: the lookup is the table itself). The bucket ``beta(i, j)`` is not
+read from an (L, L) id map but recomputed in the kernel from the query and
+key coordinates and the small per-axis tables of
+:mod:`~mmpe.models.layers.irpe_index` ((height, height) and (width, width),
+or the (height, width) distance table), so nothing of size ``L x L`` is
+stored: on CUDA neither forward nor backward, on CPU the forward (PyTorch
+2.13 refuses FlexAttention's backward on CPU). Padded keys are masked in the
+``score_mod``.
+
+iRPE on values needs the attention probabilities themselves and is not
+supported here; :class:`~mmpe.models.layers.iRPEMultiheadAttention` falls
+back to its explicit path for it (see its ``attn_impl``).
+
+Compilation: FlexAttention is only fused when compiled
+(``torch.compile(flex_attention)``; on CPU inductor emits C++ and needs a
+C++ compiler). Shapes are compiled statically (``dynamic=False``): in
+PyTorch 2.13 inductor's CPU template fails to build with dynamic shapes, so
+every new (grid, batch, dtype) costs one compilation (seconds on CPU).
+"""
+import math
+import threading
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .irpe import iRPE
+from .irpe_index import (get_index_func, max_index, num_buckets_per_table,
+                         relative_index_1d)
+
+try:  # FlexAttention appeared in PyTorch 2.5
+    from torch.nn.attention.flex_attention import \
+        flex_attention as _flex_attention
+    FLEX_AVAILABLE = True
+except ImportError:  # pragma: no cover - old PyTorch
+    _flex_attention = None
+    FLEX_AVAILABLE = False
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+_COMPILED = None
+_COMPILE_LOCK = threading.Lock()
+# per-axis index tables, keyed by the iRPE config, grid and device; bounded
+_TABLES: Dict[tuple, Dict[str, Tensor]] = {}
+_MAX_TABLES = 32
+
+
+def flex_unsupported_reason(device: torch.device,
+                            requires_grad: bool) -> Optional[str]:
+    """Why the fused path cannot run here, or None if it can.
+
+    Args:
+        device (torch.device): Device of the inputs.
+        requires_grad (bool): Whether a backward pass will be needed.
+
+    Returns:
+        str | None: A short reason, or None.
+    """
+    if not FLEX_AVAILABLE:
+        return f'FlexAttention is not available in PyTorch {torch.__version__}'
+    if device.type == 'cpu' and requires_grad:
+        return ('FlexAttention has no backward on CPU (PyTorch '
+                f'{torch.__version__})')
+    if device.type not in ('cpu', 'cuda'):
+        return f'FlexAttention does not support device {device.type!r}'
+    return None
+
+
+def compiled_flex_attention() -> Callable:
+    """``torch.compile(flex_attention, dynamic=False)``, built once."""
+    global _COMPILED
+    with _COMPILE_LOCK:
+        if _COMPILED is None:
+            if not FLEX_AVAILABLE:
+                raise RuntimeError('FlexAttention is not available')
+            _COMPILED = torch.compile(_flex_attention, dynamic=False)
+        return _COMPILED
+
+
+def _index_tables(rpe: iRPE, height: int, width: int,
+                  device: torch.device) -> Dict[str, Tensor]:
+    """Small per-axis bucket tables of ``rpe`` on a grid (cached).
+
+    Returns:
+        dict: product / cross: ``rows`` (height, height) and ``cols``
+        (width, width), the per-axis bucket of (query coordinate, key
+        coordinate) in ``[0, 2b + 1)``; euclidean / quant: ``dist``
+        (height, width), the bucket of ``(|dy|, |dx|)``. int32.
+    """
+    key = (rpe.method, rpe.index, rpe.ratio, rpe.max_distance, height, width,
+           device)
+    tabs = _TABLES.get(key)
+    if tabs is not None:
+        return tabs
+    b = max_index(rpe.index, rpe.ratio, rpe.max_distance)
+    args = (rpe.index, rpe.ratio, rpe.max_distance, device)
+    if rpe.method in ('product', 'cross'):
+        tabs = dict(
+            rows=(relative_index_1d(height, *args) + b).int(),
+            cols=(relative_index_1d(width, *args) + b).int())
+    else:
+        # as irpe_index.get_bucket_ids_2d: the index of the undirected
+        # distance, evaluated once per (|dy|, |dx|)
+        func = get_index_func(rpe.index, rpe.ratio, rpe.max_distance)
+        ady = torch.arange(height, device=device)[:, None]
+        adx = torch.arange(width, device=device)[None, :]
+        sq = ady * ady + adx * adx
+        if rpe.method == 'euclidean':
+            sq = sq.to(torch.float32).sqrt().round()
+        tabs = dict(dist=(func(sq) + b).int())
+    if len(_TABLES) >= _MAX_TABLES:
+        _TABLES.pop(next(iter(_TABLES)))
+    _TABLES[key] = tabs
+    return tabs
+
+
+def _term_fn(rpe: iRPE, lut: Tensor, height: int,
+             width: int) -> Callable[..., Tensor]:
+    """The iRPE term of one (viewer, other) token pair, for a score_mod.
+
+    Args:
+        rpe (iRPE): The module (its config and, for bias, its table).
+        lut (Tensor): Contextual: (B, H, L, num_buckets), the lookup of every
+            viewer token; bias: (H', num_buckets), the table.
+        height (int): Grid height.
+        width (int): Grid width.
+
+    Returns:
+        callable: ``f(b, h, p, r)`` of int32 scalars, the term of viewer
+        token ``p`` and other token ``r``: ``lut[b, h, p, bucket(p, r)]``.
+        On keys the viewer is the query, on queries it is the key.
+    """
+    tabs = _index_tables(rpe, height, width, lut.device)
+    side = 2 * max_index(rpe.index, rpe.ratio, rpe.max_distance) + 1
+    per = num_buckets_per_table(rpe.method, rpe.index, rpe.ratio,
+                                rpe.max_distance, rpe.skip)
+    skip, method = rpe.skip, rpe.method
+    contextual, shared = rpe.mode == 'contextual', rpe.shared_head
+
+    def read(b, h, p, bucket):
+        if contextual:
+            return lut[b, h, p, bucket]
+        return lut[0 if shared else h, bucket]
+
+    def spatial(b, h, p, r):
+        if skip:
+            # skip tokens get clamped (valid) coordinates; their value is
+            # replaced by the extra bucket below
+            p_s = torch.clamp(p - skip, min=0)
+            r_s = torch.clamp(r - skip, min=0)
+        else:
+            p_s, r_s = p, r
+        py, px = p_s // width, p_s % width
+        ry, rx = r_s // width, r_s % width
+        if method == 'product':
+            return read(b, h, p, tabs['rows'][py, ry] * side +
+                        tabs['cols'][px, rx])
+        if method == 'cross':
+            return (read(b, h, p, tabs['rows'][py, ry]) +
+                    read(b, h, p, tabs['cols'][px, rx] + per))
+        return read(b, h, p, tabs['dist'][torch.abs(py - ry),
+                                          torch.abs(px - rx)])
+
+    if not skip:
+        return spatial
+
+    def with_skip(b, h, p, r):
+        value = spatial(b, h, p, r)
+        # the extra bucket as a tensor index (a Python int index does not
+        # trace inside a score_mod)
+        last = torch.zeros_like(p) + (per - 1)
+        extra = read(b, h, p, last)
+        if method == 'cross':
+            extra = extra + read(b, h, p, last + per)
+        return torch.where((p < skip) | (r < skip), extra, value)
+
+    return with_skip
+
+
+def _lookup(rpe: iRPE, x: Tensor) -> Tensor:
+    """Eq. 27's lookup: contextual ``x @ table^T`` (B, H, L, nb); bias: the
+    table (H', nb). ``x`` is already scaled."""
+    table = rpe.table.to(x.dtype)
+    if rpe.mode == 'bias':
+        return table
+    if rpe.shared_head:
+        return torch.matmul(x, table[0].t())
+    return torch.matmul(x, table.transpose(1, 2))
+
+
+def irpe_score_mod(height: int,
+                   width: int,
+                   rpe_k: Optional[iRPE] = None,
+                   lut_k: Optional[Tensor] = None,
+                   rpe_q: Optional[iRPE] = None,
+                   lut_q: Optional[Tensor] = None,
+                   key_padding_mask: Optional[Tensor] = None) -> ScoreMod:
+    """Build the FlexAttention ``score_mod`` adding the iRPE terms.
+
+    Args:
+        height (int): Grid height.
+        width (int): Grid width.
+        rpe_k (iRPE, optional): iRPE on keys (``on='k'``).
+        lut_k (Tensor, optional): Its lookup: contextual (B, H, L, nb) from
+            the scaled queries, bias its table (H', nb).
+        rpe_q (iRPE, optional): iRPE on queries (``on='q'``).
+        lut_q (Tensor, optional): Its lookup: contextual (B, H, L, nb) from
+            the scaled keys, bias its table.
+        key_padding_mask (Tensor, optional): (B, L) bool, True at padded
+            keys, which get ``-inf``.
+
+    Returns:
+        callable: ``score_mod(score, b, h, q_idx, kv_idx)``.
+    """
+    term_k = None if rpe_k is None else _term_fn(rpe_k, lut_k, height, width)
+    term_q = None if rpe_q is None else _term_fn(rpe_q, lut_q, height, width)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if term_k is not None:
+            score = score + term_k(b, h, q_idx, kv_idx)
+        if term_q is not None:
+            # r^Q seen from the key: bucket of (key j, query i)
+            score = score + term_q(b, h, kv_idx, q_idx)
+        if key_padding_mask is not None:
+            score = torch.where(key_padding_mask[b, kv_idx],
+                                score.new_tensor(float('-inf')), score)
+        return score
+
+    return score_mod
+
+
+def irpe_flex_attention(query: Tensor,
+                        key: Tensor,
+                        value: Tensor,
+                        height: int,
+                        width: int,
+                        rpe_k: Optional[iRPE] = None,
+                        rpe_q: Optional[iRPE] = None,
+                        key_padding_mask: Optional[Tensor] = None,
+                        scale: Optional[float] = None,
+                        compiled: bool = True) -> Tensor:
+    """Attention with iRPE on keys / queries in one FlexAttention kernel.
+
+    Equals :meth:`iRPEMultiheadAttention.attention` before the output
+    projection (softmax of ``q k^T / sqrt(d)`` plus the iRPE terms, with
+    the queries scaled before they meet ``r^K`` and the keys before
+    ``r^Q``, as in the authors' release), without dropout.
+
+    Args:
+        query (Tensor): (B, H, L, head_dim), not scaled.
+        key (Tensor): (B, H, L, head_dim).
+        value (Tensor): (B, H, L, head_dim).
+        height (int): Grid height; ``L = skip + height * width``.
+        width (int): Grid width.
+        rpe_k (iRPE, optional): iRPE on keys.
+        rpe_q (iRPE, optional): iRPE on queries.
+        key_padding_mask (Tensor, optional): (B, L) bool, True at padding.
+        scale (float, optional): Logit scale; defaults to
+            ``1 / sqrt(head_dim)``.
+        compiled (bool): Use the compiled (fused) kernel. False runs
+            FlexAttention eagerly, which materialises the scores and is
+            only meant for checking the ``score_mod``. Defaults to True.
+
+    Returns:
+        Tensor: (B, H, L, head_dim).
+    """
+    if not FLEX_AVAILABLE:
+        raise RuntimeError('FlexAttention is not available in PyTorch '
+                           f'{torch.__version__}')
+    for name, rpe in (('rpe_k', rpe_k), ('rpe_q', rpe_q)):
+        if rpe is not None and rpe.on != name[-1]:
+            raise ValueError(f'`{name}` must be an iRPE with on='
+                             f'{name[-1]!r}, got on={rpe.on!r}')
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    lut_k = None if rpe_k is None else _lookup(rpe_k, query * scale)
+    lut_q = None if rpe_q is None else _lookup(rpe_q, key * scale)
+    if key_padding_mask is not None:
+        key_padding_mask = key_padding_mask.bool()
+    score_mod = irpe_score_mod(height, width, rpe_k, lut_k, rpe_q, lut_q,
+                               key_padding_mask)
+    fn = compiled_flex_attention() if compiled else _flex_attention
+    return fn(query, key, value, score_mod=score_mod, scale=scale)
+
+
+def flex_cache_key(query: Tensor, height: int, width: int,
+                   rpes: Tuple[Optional[iRPE], ...],
+                   has_mask: bool) -> tuple:
+    """What a compiled kernel is specialised on (shape, dtype, config)."""
+    cfg = tuple(None if r is None else (r.mode, r.method, r.index, r.ratio,
+                                        r.max_distance, r.skip, r.shared_head)
+                for r in rpes)
+    return (query.device.type, query.dtype, tuple(query.shape), height,
+            width, cfg, has_mask)

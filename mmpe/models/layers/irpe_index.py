@@ -1,0 +1,338 @@
+"""Index functions and 2D bucket ids of image relative position encoding.
+
+Pure, framework-free tensor functions implementing Eq. 18-25 of
+`Rethinking and Improving Relative Position Encoding for Vision Transformer
+<https://arxiv.org/abs/2107.14222>`_ (Wu et al., ICCV 2021). Bucket counts and
+bucket ids follow the authors' release (``microsoft/Cream``, ``iRPE/irpe.py``)
+exactly, so their checkpoints load into :class:`~mmpe.models.layers.iRPE`:
+
+* Tokens lie on an ``height x width`` grid in row-major order, after ``skip``
+  leading tokens (class / distillation tokens). The relative position of a
+  query ``i`` and a key ``j`` is ``(dy, dx) = pos(i) - pos(j)`` (query minus
+  key, rows first).
+* ``b = floor(beta)`` for the piecewise index and ``b = max_distance`` for
+  clip; an index lies in ``[-b, b]`` and is shifted by ``+b`` to a bucket.
+* product: ``(index(dy) + b) * (2b + 1) + (index(dx) + b)`` - the row part is
+  the major digit; ``(2b + 1) ** 2`` buckets.
+* euclidean: ``index(round(sqrt(dy^2 + dx^2))) + b``; quant:
+  ``index(dy^2 + dx^2) + b``. ``2b + 1`` buckets, of which only ``[b, 2b]``
+  are reachable (the authors keep the unused lower half, and so do we).
+* cross: two id maps, ``index(dy) + b`` for the row axis and
+  ``index(dx) + b`` for the column axis, each with its own table of
+  ``2b + 1`` buckets; their encodings are summed (Eq. 22).
+* ``skip > 0``: one extra bucket, the last id ``num_buckets - 1`` of a table
+  (cross: of each axis' table), for every pair involving a skip token.
+
+All ids are built from small per-axis 1D tables (``height x height`` and
+``width x width``; euclidean / quant use one ``height x width`` table of
+distances) that are broadcast together with integer arithmetic, never from
+``L x L`` floating-point work.
+"""
+import math
+from typing import Callable, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+DeviceType = Union[str, torch.device, None]
+
+METHODS = ('euclidean', 'quant', 'cross', 'product')
+INDEX_FUNCS = ('piecewise', 'clip')
+
+
+def ratio_to_abg(ratio: float) -> Tuple[float, float, float]:
+    """Coefficients of the piecewise index function from a ratio.
+
+    The paper fixes ``alpha : beta : gamma = 1 : 2 : 8`` (Sec. 4.1).
+
+    Args:
+        ratio (float): ``alpha``; 1.9 gives 7 buckets per axis, 2.0 gives 9.
+
+    Returns:
+        tuple[float, float, float]: ``(alpha, beta, gamma) = (r, 2r, 8r)``.
+    """
+    return 1.0 * ratio, 2.0 * ratio, 8.0 * ratio
+
+
+def piecewise_index(x: Tensor, alpha: float, beta: float,
+                    gamma: float) -> Tensor:
+    """Piecewise index function, Eq. 18 of the iRPE paper.
+
+    ``g(x) = round(x)`` if ``|x| <= alpha``, otherwise
+    ``sign(x) * min(beta, round(alpha + ln(|x| / alpha) / ln(gamma / alpha) *
+    (beta - alpha)))``, truncated to an integer, so the result lies in
+    ``[-floor(beta), floor(beta)]``. It is odd and monotone non-decreasing.
+
+    Integer inputs are evaluated in float32 like the authors' release, so that
+    rounding ties (e.g. ``ratio=1.5, x=6``) break the same way; float inputs
+    are evaluated in their own dtype. ``round`` is round-half-to-even.
+
+    Args:
+        x (Tensor): Relative distances of any shape, integer or float.
+        alpha (float): Half width of the exact (identity) range, > 0.
+        beta (float): Largest index magnitude, > alpha.
+        gamma (float): Distance at which the index saturates, > alpha.
+
+    Returns:
+        Tensor: Long tensor of the shape of ``x``.
+    """
+    if not x.is_floating_point():
+        x = x.to(torch.float32)
+    x_abs = x.abs()
+    # clamp keeps log() finite on the entries the where() below discards
+    far = alpha + torch.log(x_abs.clamp(min=alpha) / alpha) / math.log(
+        gamma / alpha) * (beta - alpha)
+    far = torch.sign(x) * far.round().clamp(max=beta)
+    # .long() truncates toward zero: min(beta, .) with a fractional beta
+    # becomes floor(beta)
+    return torch.where(x_abs <= alpha, x.round(), far).long()
+
+
+def clip_index(x: Tensor, max_distance: int) -> Tensor:
+    """Clip index function of Shaw et al., ``clamp(x, -k, k)``.
+
+    Args:
+        x (Tensor): Relative distances of any shape, integer or float (float
+            values are rounded first).
+        max_distance (int): ``k``, the largest index magnitude.
+
+    Returns:
+        Tensor: Long tensor of the shape of ``x`` with values in ``[-k, k]``.
+    """
+    if x.is_floating_point():
+        x = x.round()
+    return x.long().clamp(-max_distance, max_distance)
+
+
+def max_index(index: str = 'piecewise',
+              ratio: float = 1.9,
+              max_distance: Optional[int] = None) -> int:
+    """Largest index magnitude ``b``: ``floor(2 * ratio)`` or ``max_distance``.
+
+    Args:
+        index (str): 'piecewise' or 'clip'.
+        ratio (float): Ratio of the piecewise function (see
+            :func:`ratio_to_abg`). Ignored for clip.
+        max_distance (int, optional): ``k`` of the clip function.
+
+    Returns:
+        int: ``b``; indices lie in ``[-b, b]``.
+    """
+    if index == 'piecewise':
+        return int(ratio_to_abg(ratio)[1])
+    if index == 'clip':
+        return int(max_distance)
+    raise ValueError(f'Unsupported `index` {index!r}, please choose from '
+                     f'{INDEX_FUNCS}')
+
+
+def get_index_func(
+        index: str = 'piecewise',
+        ratio: float = 1.9,
+        max_distance: Optional[int] = None) -> Callable[[Tensor], Tensor]:
+    """The 1D index function ``g`` selected by ``index``.
+
+    Args:
+        index (str): 'piecewise' (Eq. 18) or 'clip'.
+        ratio (float): Ratio of the piecewise function.
+        max_distance (int, optional): ``k`` of the clip function.
+
+    Returns:
+        Callable[[Tensor], Tensor]: Maps relative distances to long indices.
+    """
+    if index == 'piecewise':
+        alpha, beta, gamma = ratio_to_abg(ratio)
+        return lambda x: piecewise_index(x, alpha, beta, gamma)
+    if index == 'clip':
+        return lambda x: clip_index(x, max_distance)
+    raise ValueError(f'Unsupported `index` {index!r}, please choose from '
+                     f'{INDEX_FUNCS}')
+
+
+def num_buckets_per_table(method: str,
+                          index: str = 'piecewise',
+                          ratio: float = 1.9,
+                          max_distance: Optional[int] = None,
+                          skip: int = 0) -> int:
+    """Number of buckets of one encoding table (cross: of one axis).
+
+    Equals the authors' ``get_num_buckets`` plus one when ``skip > 0``.
+
+    Args:
+        method (str): One of :data:`METHODS`.
+        index (str): 'piecewise' or 'clip'.
+        ratio (float): Ratio of the piecewise function.
+        max_distance (int, optional): ``k`` of the clip function.
+        skip (int): Number of leading non-spatial tokens.
+
+    Returns:
+        int: ``(2b + 1) ** 2`` for product, ``2b + 1`` otherwise, ``+1`` if
+        ``skip > 0``.
+    """
+    if method not in METHODS:
+        raise ValueError(f'Unsupported `method` {method!r}, please choose '
+                         f'from {METHODS}')
+    side = 2 * max_index(index, ratio, max_distance) + 1
+    n = side * side if method == 'product' else side
+    return n + int(skip > 0)
+
+
+def get_num_buckets(method: str,
+                    index: str = 'piecewise',
+                    ratio: float = 1.9,
+                    max_distance: Optional[int] = None,
+                    skip: int = 0) -> int:
+    """Total number of buckets, i.e. rows of :attr:`iRPE.table`.
+
+    Cross stacks the row-axis table and then the column-axis table, so its
+    count is twice :func:`num_buckets_per_table`.
+
+    Args:
+        method (str): One of :data:`METHODS`.
+        index (str): 'piecewise' or 'clip'.
+        ratio (float): Ratio of the piecewise function.
+        max_distance (int, optional): ``k`` of the clip function.
+        skip (int): Number of leading non-spatial tokens.
+
+    Returns:
+        int: The number of buckets.
+    """
+    n = num_buckets_per_table(method, index, ratio, max_distance, skip)
+    return 2 * n if method == 'cross' else n
+
+
+def relative_index_1d(size: int,
+                      index: str = 'piecewise',
+                      ratio: float = 1.9,
+                      max_distance: Optional[int] = None,
+                      device: DeviceType = None) -> Tensor:
+    """Index of the relative distance along one axis.
+
+    Args:
+        size (int): Length of the axis (grid height or width).
+        index (str): 'piecewise' or 'clip'.
+        ratio (float): Ratio of the piecewise function.
+        max_distance (int, optional): ``k`` of the clip function.
+        device (str | torch.device, optional): Device of the result.
+
+    Returns:
+        Tensor: Long tensor (size, size) whose entry ``[p, q]`` is
+        ``g(p - q)`` in ``[-b, b]``, ``p`` the query and ``q`` the key
+        coordinate.
+    """
+    func = get_index_func(index, ratio, max_distance)
+    # g depends on p - q only: evaluate it on the 2 * size - 1 distances
+    dist = torch.arange(-(size - 1), size, device=device)
+    table = func(dist)
+    pos = torch.arange(size, device=device)
+    return table[pos[:, None] - pos[None, :] + size - 1]
+
+
+def _abs_diff(size: int, device: DeviceType) -> Tensor:
+    """Long tensor (size, size) with entry ``[p, q] = |p - q|``."""
+    pos = torch.arange(size, device=device)
+    return (pos[:, None] - pos[None, :]).abs()
+
+
+def _distance_index_2d(height: int, width: int, method: str, index: str,
+                       ratio: float, max_distance: Optional[int],
+                       device: DeviceType) -> Tensor:
+    """Index of the undirected distance for ``|dy| < height, |dx| < width``.
+
+    Returns:
+        Tensor: Long tensor (height, width), entry ``[|dy|, |dx|]``.
+    """
+    func = get_index_func(index, ratio, max_distance)
+    ady = torch.arange(height, device=device)[:, None]
+    adx = torch.arange(width, device=device)[None, :]
+    sq = ady * ady + adx * adx  # (height, width), exact integers
+    if method == 'euclidean':
+        # float32 sqrt then round, as the authors' release
+        return func(sq.to(torch.float32).sqrt().round())
+    return func(sq)  # quant: the squared distance itself
+
+
+def _pad_skip(ids: Tensor, skip: int, extra: int) -> Tensor:
+    """Prepend ``skip`` rows and columns holding the ``extra`` bucket.
+
+    Args:
+        ids (Tensor): Long tensor (..., L0, L0).
+        skip (int): Number of leading skip tokens.
+        extra (int or Tensor): The extra bucket id(s), broadcast over the
+            leading dims of ``ids``.
+
+    Returns:
+        Tensor: Long tensor (..., skip + L0, skip + L0).
+    """
+    if skip == 0:
+        return ids
+    *lead, l0, _ = ids.shape
+    length = skip + l0
+    out = ids.new_empty(*lead, length, length)
+    if not isinstance(extra, Tensor):
+        extra = torch.tensor(extra, device=ids.device)
+    extra = extra.view(*extra.shape, 1, 1)
+    out[..., :skip, :] = extra
+    out[..., :, :skip] = extra
+    out[..., skip:, skip:] = ids
+    return out
+
+
+def get_bucket_ids_2d(height: int,
+                      width: int,
+                      method: str = 'product',
+                      index: str = 'piecewise',
+                      ratio: float = 1.9,
+                      max_distance: Optional[int] = None,
+                      skip: int = 0,
+                      device: DeviceType = None) -> Tensor:
+    """Bucket id of every (query, key) token pair, Eq. 19-25 of the paper.
+
+    See the module docstring for the conventions (relative position is query
+    minus key, product ``(dy + b) * (2b + 1) + (dx + b)``, the extra skip
+    bucket is the last one).
+
+    Args:
+        height (int): Grid height.
+        width (int): Grid width.
+        method (str): One of :data:`METHODS`.
+        index (str): 'piecewise' or 'clip'.
+        ratio (float): Ratio of the piecewise function.
+        max_distance (int, optional): ``k`` of the clip function.
+        skip (int): Number of leading non-spatial tokens.
+        device (str | torch.device, optional): Device of the result.
+
+    Returns:
+        Tensor: Long tensor (L, L) with ``L = skip + height * width``, entry
+        ``[i, j]`` for query ``i`` and key ``j``; for cross (2, L, L), the
+        row-axis ids in ``[0, n)`` and the column-axis ids in ``[n, 2n)``
+        with ``n = num_buckets_per_table(...)``, i.e. both index the stacked
+        table of :func:`get_num_buckets` rows.
+    """
+    if method not in METHODS:
+        raise ValueError(f'Unsupported `method` {method!r}, please choose '
+                         f'from {METHODS}')
+    b = max_index(index, ratio, max_distance)
+    per_table = num_buckets_per_table(method, index, ratio, max_distance, skip)
+    l0 = height * width
+    if method in ('euclidean', 'quant'):
+        dist = _distance_index_2d(height, width, method, index, ratio,
+                                  max_distance, device) + b
+        ady = _abs_diff(height, device)
+        adx = _abs_diff(width, device)
+        # (iy, jy) and (ix, jx) broadcast to (iy, ix, jy, jx)
+        ids = dist[ady[:, None, :, None], adx[None, :, None, :]]
+        return _pad_skip(ids.reshape(l0, l0), skip, per_table - 1)
+
+    rows = relative_index_1d(height, index, ratio, max_distance, device) + b
+    cols = relative_index_1d(width, index, ratio, max_distance, device) + b
+    rows = rows[:, None, :, None]  # (iy, 1, jy, 1)
+    cols = cols[None, :, None, :]  # (1, ix, 1, jx)
+    if method == 'product':
+        ids = (rows * (2 * b + 1) + cols).reshape(l0, l0)
+        return _pad_skip(ids, skip, per_table - 1)
+    # cross: column ids offset past the row-axis table
+    shape = (height, width, height, width)
+    ids = torch.stack([rows.expand(shape), cols.expand(shape) + per_table])
+    extra = torch.tensor([per_table - 1, 2 * per_table - 1], device=device)
+    return _pad_skip(ids.reshape(2, l0, l0), skip, extra)

@@ -1,0 +1,182 @@
+"""Absolute 2D position embeddings: fixed sin-cos, resampled learnable tables.
+
+Pure functions build the tables; :class:`SinCosPosEmbed2D` only caches them
+per grid so a stream of differently sized batches does not rebuild them.
+"""
+from collections import OrderedDict
+from typing import Callable, Hashable, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+
+class BoundedCache:
+    """A least-recently-used dict with at most ``max_size`` entries.
+
+    Position tables depend on the grid, device and dtype; a detector sees
+    many grid sizes, so the cache must evict instead of growing.
+
+    Args:
+        max_size (int): Maximum number of entries kept. Defaults to 16.
+    """
+
+    def __init__(self, max_size: int = 16) -> None:
+        if not isinstance(max_size, int) or max_size <= 0:
+            raise ValueError(f'`cache_size` must be a positive int, got '
+                             f'{max_size!r}')
+        self.max_size = max_size
+        self._data: 'OrderedDict[Hashable, object]' = OrderedDict()
+
+    def get(self, key: Hashable, build: Callable[[], object]) -> object:
+        """Return the entry for ``key``, building and storing it if absent."""
+        if key in self._data:
+            self._data.move_to_end(key)
+            return self._data[key]
+        value = build()
+        self._data[key] = value
+        if len(self._data) > self.max_size:
+            self._data.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def build_sincos_pos_embed_2d(hw_shape: Tuple[int, int],
+                              embed_dims: int,
+                              temperature: float = 10000.,
+                              device: Optional[torch.device] = None,
+                              dtype: torch.dtype = torch.float32) -> Tensor:
+    """Fixed 2D sin-cos position embedding of an ``(h, w)`` grid.
+
+    The 1D Transformer embedding (Vaswani et al., 2017, Sec. 3.5) applied to
+    the column index x and the row index y, each on a quarter of the
+    channels (as MoCo v3 / MAE). With ``D = embed_dims / 4`` and
+    ``omega_i = temperature ** (-i / D)`` for ``i < D``, the token at row y,
+    column x gets::
+
+        [sin(x * omega), cos(x * omega), sin(y * omega), cos(y * omega)]
+
+    Positions are integer token coordinates, so a token keeps its embedding
+    whatever the grid size (bottom/right padding does not move it).
+
+    Args:
+        hw_shape (tuple[int, int]): Grid ``(h, w)``.
+        embed_dims (int): Channels C, a multiple of 4.
+        temperature (float): Frequency base. Defaults to 10000.
+        device (torch.device, optional): Output device.
+        dtype (torch.dtype): Output dtype (computed in at least float32).
+
+    Returns:
+        Tensor: ``(h * w, C)`` in row-major token order.
+    """
+    if embed_dims % 4 != 0:
+        raise ValueError(f'sin-cos 2D embedding: `embed_dims` must be a '
+                         f'multiple of 4, got {embed_dims}')
+    h, w = hw_shape
+    quarter = embed_dims // 4
+    # float32 at least: half-precision angles of large positions are wrong
+    fdtype = torch.float64 if dtype == torch.float64 else torch.float32
+    omega = torch.arange(quarter, device=device, dtype=fdtype) / quarter
+    omega = temperature**(-omega)
+    ys, xs = torch.meshgrid(
+        torch.arange(h, device=device, dtype=fdtype),
+        torch.arange(w, device=device, dtype=fdtype),
+        indexing='ij')
+    # (h*w, 1) * (1, quarter) -> (h*w, quarter)
+    out_x = xs.reshape(-1, 1) * omega[None]
+    out_y = ys.reshape(-1, 1) * omega[None]
+    table = torch.cat(
+        [out_x.sin(), out_x.cos(),
+         out_y.sin(), out_y.cos()], dim=1)
+    return table.to(dtype)
+
+
+def resample_pos_embed(pos_embed: Tensor,
+                       src_shape: Tuple[int, int],
+                       dst_shape: Tuple[int, int],
+                       num_skip: int = 0,
+                       mode: str = 'bicubic',
+                       antialias: bool = True) -> Tensor:
+    """Resample a learnable position table to another grid (DeiT / timm).
+
+    The patch part of the table is reshaped to its ``src_shape`` grid and
+    interpolated (bicubic, ``align_corners=False``, as DeiT's fine-tuning at
+    384 and timm's ``resample_abs_pos_embed``); the ``num_skip`` leading
+    entries (class token) are kept as they are. At ``dst_shape ==
+    src_shape`` the table is returned unchanged.
+
+    Args:
+        pos_embed (Tensor): ``(1, num_skip + h0 * w0, C)``.
+        src_shape (tuple[int, int]): ``(h0, w0)`` of the table.
+        dst_shape (tuple[int, int]): Target grid ``(h, w)``.
+        num_skip (int): Leading entries not on the grid. Defaults to 0.
+        mode (str): ``F.interpolate`` mode. Defaults to 'bicubic'.
+        antialias (bool): Antialias when shrinking. Defaults to True.
+
+    Returns:
+        Tensor: ``(1, num_skip + h * w, C)``, same dtype as the input.
+    """
+    h0, w0 = src_shape
+    if pos_embed.shape[1] != num_skip + h0 * w0:
+        raise ValueError(
+            f'resample_pos_embed: table length {pos_embed.shape[1]} != '
+            f'num_skip + h0 * w0 = {num_skip} + {h0} * {w0}')
+    if tuple(dst_shape) == (h0, w0):
+        return pos_embed
+    c = pos_embed.shape[-1]
+    skip, grid = pos_embed[:, :num_skip], pos_embed[:, num_skip:]
+    # (1, h0*w0, C) -> (1, C, h0, w0); interpolate in float32 for half inputs
+    grid = grid.reshape(1, h0, w0, c).permute(0, 3, 1, 2).float()
+    kwargs = {}
+    if mode in ('bilinear', 'bicubic'):
+        kwargs = dict(align_corners=False, antialias=antialias)
+    grid = F.interpolate(grid, size=tuple(dst_shape), mode=mode, **kwargs)
+    # (1, C, h, w) -> (1, h*w, C)
+    grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
+    return torch.cat([skip, grid], dim=1)
+
+
+class SinCosPosEmbed2D(nn.Module):
+    """Cached :func:`build_sincos_pos_embed_2d` for a fixed channel count.
+
+    Holds no parameters; tables are cached per ``(h, w, device, dtype)``.
+
+    Args:
+        embed_dims (int): Channels C, a multiple of 4.
+        temperature (float): Frequency base. Defaults to 10000.
+        cache_size (int): Grids kept in the cache. Defaults to 16.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 temperature: float = 10000.,
+                 cache_size: int = 16) -> None:
+        super().__init__()
+        if embed_dims % 4 != 0:
+            raise ValueError(
+                f"pos_encoding='sine' needs `embed_dims` to be a multiple of "
+                f'4, got {embed_dims}')
+        if temperature <= 0:
+            raise ValueError(f'sin-cos 2D embedding: `temperature` must be '
+                             f'> 0, got {temperature}')
+        self.embed_dims = embed_dims
+        self.temperature = float(temperature)
+        self.cache = BoundedCache(cache_size)
+
+    def forward(self, hw_shape: Tuple[int, int], device: torch.device,
+                dtype: torch.dtype) -> Tensor:
+        """Return the ``(h * w, C)`` table for the grid ``hw_shape``."""
+        h, w = int(hw_shape[0]), int(hw_shape[1])
+        return self.cache.get(
+            (h, w, device, dtype), lambda: build_sincos_pos_embed_2d(
+                (h, w), self.embed_dims, self.temperature, device, dtype))
+
+    def extra_repr(self) -> str:
+        return (f'embed_dims={self.embed_dims}, '
+                f'temperature={self.temperature}')

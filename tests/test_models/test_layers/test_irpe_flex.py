@@ -1,0 +1,239 @@
+"""Fused FlexAttention iRPE against a direct reference and the explicit path.
+"""
+import math
+
+import pytest
+import torch
+
+from mmpe.models.layers import iRPE, iRPEMultiheadAttention
+from mmpe.models.layers import irpe_attention as attn_mod
+from mmpe.models.layers.irpe_flex import (FLEX_AVAILABLE,
+                                          flex_unsupported_reason,
+                                          irpe_flex_attention)
+
+pytestmark = [
+    pytest.mark.skipif(
+        not FLEX_AVAILABLE,
+        reason=f'FlexAttention unavailable in torch {torch.__version__}'),
+    # eager FlexAttention warns that it is unfused: that is the point here
+    pytest.mark.filterwarnings('ignore:flex_attention called without'),
+]
+
+# float32 softmax attention of O(1) logits: rounding stays well below this
+ATOL = 2e-5
+
+
+def _rpe(mode, method, on, skip, shared, seed):
+    torch.manual_seed(seed)
+    rpe = iRPE(8, 2, mode=mode, method=method, on=on, ratio=1.0, skip=skip,
+               shared_head=shared)
+    with torch.no_grad():
+        rpe.table.normal_()
+    return rpe
+
+
+def _pair(rpe, ids, head, p, r):
+    """Table row(s) of the pair (viewer p, other r); cross sums its axes."""
+    h = 0 if rpe.shared_head else head
+    if ids.dim() == 3:
+        return rpe.table[h, ids[0, p, r]] + rpe.table[h, ids[1, p, r]]
+    return rpe.table[h, ids[p, r]]
+
+
+def reference(q, k, v, hw, rpe_k, rpe_q, mask):
+    """Eq. 13-16 with every term read from ``bucket_ids``, pair by pair."""
+    bs, heads, n, d = q.shape
+    scale = 1 / math.sqrt(d)
+    logits = (q * scale) @ k.transpose(-1, -2)
+    for rpe, x, swap in ((rpe_k, q, False), (rpe_q, k, True)):
+        if rpe is None:
+            continue
+        ids = rpe.bucket_ids(*hw)
+        for b in range(bs):
+            for h in range(heads):
+                for i in range(n):
+                    for j in range(n):
+                        # r^Q is seen from the key: bucket (j, i), x_j
+                        p, r = (j, i) if swap else (i, j)
+                        t = _pair(rpe, ids, h, p, r)
+                        logits[b, h, i, j] += (x[b, h, p] * scale @ t
+                                               if t.dim() else t)
+    if mask is not None:
+        logits = logits.masked_fill(mask[:, None, None, :], float('-inf'))
+    return logits.softmax(-1) @ v
+
+
+CASES = [(mode, method, on, skip, shared)
+         for mode in ('contextual', 'bias')
+         for method in ('product', 'cross', 'euclidean', 'quant')
+         for on, skip, shared in (('k', 0, True), ('qk', 1, False),
+                                  ('q', 2, True))]
+
+
+@pytest.mark.parametrize('mode,method,on,skip,shared', CASES)
+def test_score_mod_matches_reference(mode, method, on, skip, shared):
+    hw = (2, 3)
+    n = skip + hw[0] * hw[1]
+    rpe_k = _rpe(mode, method, 'k', skip, shared, 1) if 'k' in on else None
+    rpe_q = _rpe(mode, method, 'q', skip, shared, 2) if 'q' in on else None
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, 8) for _ in range(3))
+    mask = torch.zeros(2, n, dtype=torch.bool)
+    mask[1, -2:] = True
+    with torch.no_grad():
+        # eager FlexAttention: the same score_mod, without compiling
+        got = irpe_flex_attention(q, k, v, *hw, rpe_k, rpe_q, mask,
+                                  compiled=False)
+        want = reference(q, k, v, hw, rpe_k, rpe_q, mask)
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+def _module(impl, rpe_on='k', **rpe):
+    torch.manual_seed(0)
+    m = iRPEMultiheadAttention(
+        32, 4, batch_first=True, rpe_cfg=dict(ratio=1.0, **rpe),
+        rpe_on=rpe_on, attn_impl=impl).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith('table'):
+                p.normal_()
+    return m
+
+
+def _inputs(hw=(3, 4), skip=0):
+    torch.manual_seed(1)
+    n = skip + hw[0] * hw[1]
+    x, pos = torch.randn(2, n, 32), torch.randn(2, n, 32)
+    mask = torch.zeros(2, n, dtype=torch.bool)
+    mask[1, -3:] = True
+    return x, pos, mask
+
+
+@pytest.fixture
+def eager_flex(monkeypatch):
+    """Run the module's fused path with eager FlexAttention (no compile),
+    recording the calls."""
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return irpe_flex_attention(*args, **kwargs, compiled=False)
+
+    monkeypatch.setattr(attn_mod, 'irpe_flex_attention', spy)
+    monkeypatch.setattr(attn_mod, '_FLEX_KEYS', set())
+    monkeypatch.setattr(attn_mod, '_FLEX_FAILED', set())
+    monkeypatch.setattr(attn_mod, '_WARNED', set())
+    return calls
+
+
+@pytest.mark.parametrize('rpe', [
+    dict(mode='contextual', method='product'),
+    dict(mode='bias', method='cross', shared_head=False),
+    dict(mode='contextual', method='quant', skip=1),
+])
+@pytest.mark.parametrize('rpe_on', ['k', 'qk'])
+def test_module_flex_equals_explicit_forward(eager_flex, rpe, rpe_on):
+    x, pos, mask = _inputs(skip=rpe.get('skip', 0))
+    explicit = _module('explicit', rpe_on, **rpe)
+    flex = _module('flex', rpe_on, **rpe)
+    with torch.no_grad():
+        want = explicit(x, query_pos=pos, key_padding_mask=mask,
+                        spatial_shape=(3, 4))
+        got = flex(x, query_pos=pos, key_padding_mask=mask,
+                   spatial_shape=(3, 4))
+    assert len(eager_flex) == 1
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+def test_auto_uses_flex_for_cpu_inference_only(eager_flex, monkeypatch):
+    monkeypatch.setattr(attn_mod, 'FLEX_CPU_MIN_BYTES', 0)
+    m = _module('auto')
+    x, pos, mask = _inputs()
+    m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    assert not eager_flex  # a backward will be needed: explicit
+    with torch.no_grad():
+        m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    assert len(eager_flex) == 1
+
+
+def test_auto_on_cpu_skips_flex_below_the_size_threshold(eager_flex):
+    m = _module('auto')
+    x, pos, mask = _inputs()
+    with torch.no_grad():
+        m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    assert not eager_flex  # (2, 4, 12, 12) floats << FLEX_CPU_MIN_BYTES
+
+
+def test_cpu_backward_is_refused_and_flex_falls_back(eager_flex):
+    assert flex_unsupported_reason(torch.device('cpu'), True) is not None
+    assert flex_unsupported_reason(torch.device('cpu'), False) is None
+    x, pos, mask = _inputs()
+    explicit, flex = _module('explicit'), _module('flex')
+    with pytest.warns(UserWarning, match='no backward on CPU'):
+        got = flex(x, query_pos=pos, key_padding_mask=mask,
+                   spatial_shape=(3, 4))
+    assert not eager_flex
+    want = explicit(x, query_pos=pos, key_padding_mask=mask,
+                    spatial_shape=(3, 4))
+    torch.testing.assert_close(got, want)
+    got.sum().backward()  # the explicit path's backward
+
+
+@pytest.mark.parametrize('case', ['rpe_v', 'attn_mask', 'dropout'])
+def test_unsupported_calls_fall_back(eager_flex, case):
+    rpe_on = 'kv' if case == 'rpe_v' else 'k'
+    m = _module('flex', rpe_on)
+    x, pos, mask = _inputs()
+    kwargs = dict(query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    if case == 'attn_mask':
+        kwargs['attn_mask'] = torch.zeros(12, 12, dtype=torch.bool)
+    if case == 'dropout':
+        m.attn_drop_prob = 0.1
+        m.train()
+    with torch.no_grad(), pytest.warns(UserWarning, match='falls back'):
+        m(x, **kwargs)
+    assert not eager_flex
+
+
+def test_compile_failure_falls_back_once(monkeypatch):
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError('no C++ compiler')
+
+    monkeypatch.setattr(attn_mod, 'irpe_flex_attention', broken)
+    monkeypatch.setattr(attn_mod, '_FLEX_FAILED', set())
+    monkeypatch.setattr(attn_mod, '_FLEX_KEYS', set())
+    monkeypatch.setattr(attn_mod, '_WARNED', set())
+    x, pos, mask = _inputs()
+    m = _module('flex')
+    with torch.no_grad():
+        with pytest.warns(UserWarning, match='no C\\+\\+ compiler'):
+            got = m(x, query_pos=pos, key_padding_mask=mask,
+                    spatial_shape=(3, 4))
+        m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+        want = _module('explicit')(
+            x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    assert calls == [1]  # not retried
+    torch.testing.assert_close(got, want)
+
+
+def test_bad_attn_impl_names_the_choices():
+    with pytest.raises(ValueError, match=r"attn_impl.*'fused'.*'auto'"):
+        iRPEMultiheadAttention(32, 4, rpe_cfg={}, attn_impl='fused')
+
+
+@pytest.mark.slow
+def test_compiled_kernel_equals_explicit_on_cpu():
+    """The real fused kernel (torch.compile; a C++ build of ~10-30 s)."""
+    x, pos, mask = _inputs(hw=(4, 5))
+    explicit = _module('explicit', 'qk', mode='contextual', method='product')
+    flex = _module('flex', 'qk', mode='contextual', method='product')
+    with torch.no_grad():
+        want = explicit(x, query_pos=pos, key_padding_mask=mask,
+                        spatial_shape=(4, 5))
+        got = flex(x, query_pos=pos, key_padding_mask=mask,
+                   spatial_shape=(4, 5))
+    assert not attn_mod._FLEX_FAILED, 'the kernel did not compile'
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)

@@ -1,0 +1,598 @@
+"""Speed and peak memory of iRPE attention against mmcv's MultiheadAttention.
+
+Measures one encoder self-attention layer and a whole 6-layer DETR encoder
+(mmdet's ``DetrTransformerEncoder`` against mmpe's iRPE encoder of
+``mmpe/models/detectors/detr_irpe.py``) at DETR feature grids (25 x 42 = an
+800 x 1333 image at stride 32 by default; 13 x 21 and 50 x 84 with
+``--grids``), batch 2, 256 dims, 8 heads. The second image of the batch is
+padded at the bottom / right like mmdet pads a batch (``--pad``), so key
+padding masks are exercised.
+
+Rows (layer level):
+
+* ``mmcv MHA`` - mmcv's ``MultiheadAttention`` (wrapping
+  ``nn.MultiheadAttention``), the baseline every ratio refers to;
+* ``mmpe no RPE`` - :class:`iRPEMultiheadAttention` with ``rpe_cfg=None``;
+* ``mmpe {bias,ctx} {product,cross,euclidean,quant} {k,qk,qkv}`` (bias: k,
+  qk only) with ``attn_impl='explicit'``, tables Xavier-initialised;
+* ``Eq.27-28 ctx product k`` - the paper's Eq. 27-28 as written, a reference
+  of what mmpe improves on: the (B, H, L, num_buckets) lookup ``q @ R^T`` is
+  flattened and indexed with ``i * num_buckets + bucket(i, j)`` (an (L, L)
+  long index), added to the logits, then ``masked_fill``, softmax, ``@ v``;
+* ``mmpe ... (flex)`` - ``attn_impl='flex'`` (FlexAttention, compiled once
+  per shape before timing). On CPU only the forward exists in PyTorch 2.13,
+  so its fwd+bwd columns are empty there.
+
+What is measured, per row:
+
+* ``fwd+bwd ms``: wall time of ``out = layer(x, ...)`` then
+  ``out.backward(g)`` with ``x`` requiring grad (training); ``fwd ms``: wall
+  time of the forward under ``torch.no_grad()`` (inference; here mmpe's
+  explicit path hands the iRPE terms to ``scaled_dot_product_attention``).
+  Rows are run round-robin (one repetition of every row, then the next
+  round), after one warm-up round; the median over ``--rounds`` rounds is
+  reported, and every ratio divides by the baseline's median from the same
+  run. On CUDA the clock is read after ``torch.cuda.synchronize()``.
+* ``peak MB``: the largest amount of memory held by tensors allocated during
+  one run, above what was allocated when the run started (inputs, weights
+  and cached bucket tables are not counted; parameter gradients are). On
+  CPU it is the maximum of the running sum of the allocation / free events
+  recorded by ``torch.profiler.profile(profile_memory=True)`` (every tensor
+  allocation through PyTorch's CPU allocator, in time order); on CUDA it is
+  ``torch.cuda.max_memory_allocated()`` after
+  ``torch.cuda.reset_peak_memory_stats()``, minus the allocation at the
+  start. Measured in separate, untimed runs.
+
+Run on a quiet machine (``uptime``: load below the number of cores)::
+
+    python tools/benchmark/attention.py --out work_dirs/bench_attention.json
+    python tools/benchmark/attention.py --grids 13x21 25x42 50x84 \\
+        --variants 'mmcv|ctx product k|bias product k|Eq' --no-encoder
+    python tools/benchmark/attention.py --quick --out /tmp/quick.json
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+import warnings
+from datetime import datetime, timezone
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from mmcv.cnn.bricks.transformer import MultiheadAttention  # noqa: E402
+from mmdet.models.layers import DetrTransformerEncoder  # noqa: E402
+
+from mmpe.models.detectors.detr_irpe import \
+    iRPEDetrTransformerEncoder  # noqa: E402
+from mmpe.models.layers.irpe_attention import \
+    iRPEMultiheadAttention  # noqa: E402
+from mmpe.models.layers.irpe_flex import \
+    flex_unsupported_reason  # noqa: E402
+
+BASELINE = 'mmcv MHA'
+EQ27 = 'Eq.27-28 ctx product k'
+MODES = {'bias': ('k', 'qk'), 'ctx': ('k', 'qk', 'qkv')}
+METHODS = ('product', 'cross', 'euclidean', 'quant')
+# Targets of issue 5 (CPU, 25 x 42, fwd+bwd), checked on the layer rows
+TARGETS = dict(
+    ctx_product_k_time=1.5,  # x baseline time, aim 1.25
+    bias_time=1.3,  # x baseline time, every bias row
+    ctx_product_k_memory=1.3,  # x baseline peak memory
+    eq27_speedup=1.5)  # Eq. 27-28 time / mmpe time
+
+
+# ---------------------------------------------------------------------------
+# the Eq. 27-28 reference
+# ---------------------------------------------------------------------------
+class Eq27Attention(iRPEMultiheadAttention):
+    """Contextual iRPE on keys computed as Eq. 27-28 of the paper reads.
+
+    ``y = q @ R^T`` (B, H, L, nb) is flattened to (B, H, L * nb) and indexed
+    with the (L, L) long index ``i * nb + bucket(i, j)``; its backward is an
+    index-put with accumulation (a scatter-add). Shares the projections and
+    the table (``rpe_k``) of :class:`iRPEMultiheadAttention`.
+    """
+
+    def attention(self, query: Tensor, key: Tensor, value: Tensor,
+                  attn_mask: Optional[Tensor],
+                  key_padding_mask: Optional[Tensor],
+                  spatial_shape: Tuple[int, int]) -> Tensor:
+        w_q, w_k, w_v = self.attn.in_proj_weight.chunk(3)
+        b_q, b_k, b_v = self.attn.in_proj_bias.chunk(3)
+        q = self._split_heads(F.linear(query, w_q, b_q))
+        k = self._split_heads(F.linear(key, w_k, b_k))
+        v = self._split_heads(F.linear(value, w_v, b_v))
+        q = q * (1.0 / math.sqrt(self.head_dims))
+        bs, heads, n, _ = q.shape
+        height, width = spatial_shape
+        table = self.rpe_k.table[0]  # (nb, head_dims), shared heads
+        nb = table.shape[0]
+        if getattr(self, '_flat_key', None) != (height, width, q.device):
+            ids = self.rpe_k.bucket_ids(height, width, q.device)
+            offset = torch.arange(n, device=q.device)[:, None] * nb
+            self._flat = (ids + offset).flatten()  # i * nb + bucket(i, j)
+            self._flat_key = (height, width, q.device)
+        lookup = (q @ table.t()).flatten(2)  # (B, H, L * nb)
+        term = lookup[:, :, self._flat].view(bs, heads, n, n)
+        logits = q @ k.transpose(-2, -1) + term
+        if key_padding_mask is not None:
+            logits = logits.masked_fill(
+                key_padding_mask[:, None, None, :].bool(), float('-inf'))
+        out = logits.softmax(-1) @ v
+        return self.attn.out_proj(out.transpose(1, 2).flatten(2))
+
+
+# ---------------------------------------------------------------------------
+# rows
+# ---------------------------------------------------------------------------
+class Row:
+    """One benchmarked module and how to call it.
+
+    Args:
+        name (str): Row label.
+        module (nn.Module): The layer or encoder.
+        call (callable): ``call(module, x, inputs) -> Tensor``.
+        backward (bool): Whether fwd+bwd is timed.
+        forward (bool): Whether the no-grad forward is timed.
+    """
+
+    def __init__(self, name: str, module: nn.Module,
+                 call: Callable[..., Tensor], backward: bool,
+                 forward: bool) -> None:
+        self.name, self.module, self.call = name, module, call
+        self.backward, self.forward = backward, forward
+        self.times: Dict[str, List[float]] = {'fwd_bwd': [], 'fwd': []}
+        self.peak: Dict[str, Optional[float]] = {'fwd_bwd': None, 'fwd': None}
+
+
+def _rpe_cfg(mode: str, method: str) -> dict:
+    return dict(
+        mode='contextual' if mode == 'ctx' else mode,
+        method=method,
+        index='piecewise',
+        ratio=1.9,
+        shared_head=True,
+        init='xavier')  # non-zero tables, as after training
+
+
+def layer_rows(args: argparse.Namespace, device: torch.device,
+               flex_ok: Dict[str, bool]) -> List[Row]:
+    """Every single-layer row (filtered by ``--variants`` later)."""
+    dims, heads = args.dims, args.heads
+    common = dict(batch_first=True, attn_drop=args.dropout)
+
+    def mmcv_call(m, x, s):
+        return m(x, query_pos=s.pos, key_padding_mask=s.mask)
+
+    def irpe_call(m, x, s):
+        return m(x, query_pos=s.pos, key_padding_mask=s.mask,
+                 spatial_shape=s.grid)
+
+    torch.manual_seed(0)
+    rows = [
+        (BASELINE, MultiheadAttention(dims, heads, **common), mmcv_call, True,
+         True),
+        ('mmpe no RPE',
+         iRPEMultiheadAttention(dims, heads, rpe_cfg=None, **common),
+         irpe_call, True, True),
+    ]
+    for mode, ons in MODES.items():
+        for method in METHODS:
+            for on in ons:
+                m = iRPEMultiheadAttention(
+                    dims, heads, rpe_cfg=_rpe_cfg(mode, method), rpe_on=on,
+                    attn_impl='explicit', **common)
+                rows.append((f'mmpe {mode} {method} {on}', m, irpe_call, True,
+                             True))
+    rows.append((EQ27,
+                 Eq27Attention(dims, heads,
+                               rpe_cfg=_rpe_cfg('ctx', 'product'),
+                               rpe_on='k', **common), irpe_call, True, True))
+    for mode in ('ctx', 'bias'):
+        for on in ('k', 'qk'):
+            m = iRPEMultiheadAttention(
+                dims, heads, rpe_cfg=_rpe_cfg(mode, 'product'), rpe_on=on,
+                attn_impl='flex', **common)
+            rows.append((f'mmpe {mode} product {on} (flex)', m, irpe_call,
+                         flex_ok['fwd_bwd'], flex_ok['fwd']))
+    return [Row(n, m.to(device), c, b, f) for n, m, c, b, f in rows]
+
+
+def encoder_rows(args: argparse.Namespace, device: torch.device,
+                 flex_ok: Dict[str, bool]) -> List[Row]:
+    """6-layer DETR encoders: mmdet's against mmpe's iRPE encoder."""
+
+    def layer_cfg(**attn):
+        return dict(
+            self_attn_cfg=dict(
+                embed_dims=args.dims,
+                num_heads=args.heads,
+                dropout=args.dropout,
+                batch_first=True,
+                **attn),
+            ffn_cfg=dict(
+                embed_dims=args.dims,
+                feedforward_channels=8 * args.dims,
+                num_fcs=2,
+                ffn_drop=args.dropout,
+                act_cfg=dict(type='ReLU', inplace=True)))
+
+    def mmdet_call(m, x, s):
+        return m(query=x, query_pos=s.pos, key_padding_mask=s.mask)
+
+    def irpe_call(m, x, s):
+        return m(query=x, query_pos=s.pos, key_padding_mask=s.mask,
+                 spatial_shape=s.grid)
+
+    torch.manual_seed(0)
+    n = args.encoder_layers
+    rows = [(f'{BASELINE} encoder',
+             DetrTransformerEncoder(num_layers=n, layer_cfg=layer_cfg()),
+             mmdet_call, True, True),
+            ('mmpe no RPE encoder',
+             iRPEDetrTransformerEncoder(
+                 num_layers=n, layer_cfg=layer_cfg(rpe_cfg=None)), irpe_call,
+             True, True)]
+    for mode, on, impl in (('ctx', 'k', 'explicit'), ('bias', 'k',
+                                                      'explicit'),
+                           ('ctx', 'qkv', 'explicit'), ('ctx', 'k', 'flex')):
+        enc = iRPEDetrTransformerEncoder(
+            num_layers=n,
+            layer_cfg=layer_cfg(
+                rpe_cfg=_rpe_cfg(mode, 'product'), rpe_on=on,
+                attn_impl=impl))
+        flex = impl == 'flex'
+        name = f'mmpe {mode} product {on} encoder' + (' (flex)'
+                                                      if flex else '')
+        rows.append((name, enc, irpe_call,
+                     flex_ok['fwd_bwd'] if flex else True,
+                     flex_ok['fwd'] if flex else True))
+    return [Row(n, m.to(device), c, b, f) for n, m, c, b, f in rows]
+
+
+# ---------------------------------------------------------------------------
+# measuring
+# ---------------------------------------------------------------------------
+class Inputs:
+    """A padded DETR batch: tokens, positions, key padding mask, grid."""
+
+    def __init__(self, batch: int, grid: Tuple[int, int], dims: int,
+                 pad: float, device: torch.device) -> None:
+        gen = torch.Generator().manual_seed(0)
+        h, w = grid
+        n = h * w
+        self.grid = grid
+        self.x = torch.randn(batch, n, dims, generator=gen).to(device)
+        self.pos = torch.randn(batch, n, dims, generator=gen).to(device)
+        self.grad = torch.randn(batch, n, dims, generator=gen).to(device)
+        mask = torch.zeros(batch, h, w, dtype=torch.bool)
+        if batch > 1 and pad > 0:
+            # the last image is the smaller one: padded bottom / right
+            mask[-1, h - int(pad * h):] = True
+            mask[-1, :, w - int(pad * w):] = True
+        self.mask = mask.flatten(1).to(device)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def _run(row: Row, s: Inputs, what: str) -> None:
+    if what == 'fwd':
+        with torch.no_grad():
+            row.call(row.module, s.x, s)
+        return
+    x = s.x.detach().requires_grad_()
+    row.call(row.module, x, s).backward(s.grad)
+
+
+def _clear_grads(row: Row) -> None:
+    for p in row.module.parameters():
+        p.grad = None
+
+
+def time_once(row: Row, s: Inputs, what: str, device: torch.device) -> float:
+    """Seconds of one forward (no grad) or forward + backward."""
+    _clear_grads(row)
+    _sync(device)
+    t0 = time.perf_counter()
+    _run(row, s, what)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def peak_memory(row: Row, s: Inputs, what: str,
+                device: torch.device) -> Optional[float]:
+    """Peak bytes held by tensors allocated during one run (see the module
+    docstring), or None if the profiler cannot tell."""
+    _clear_grads(row)
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        _run(row, s, what)
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.max_memory_allocated(device) - base)
+    try:
+        from torch._C._profiler import _EventType
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:  # pragma: no cover
+        return None
+    with profile(activities=[ProfilerActivity.CPU],
+                 profile_memory=True) as prof:
+        _run(row, s, what)
+    sizes = []
+
+    def walk(events):
+        for e in events:
+            if e.typed[0] == _EventType.Allocation:
+                sizes.append((e.start_time_ns, e.typed[1].alloc_size))
+            walk(e.children)
+
+    walk(prof.profiler.kineto_results.experimental_event_tree())
+    live = peak = 0
+    for _, size in sorted(sizes, key=lambda t: t[0]):
+        live += size
+        peak = max(peak, live)
+    return float(peak)
+
+
+def measure(rows: List[Row], s: Inputs, args: argparse.Namespace,
+            device: torch.device) -> None:
+    """Warm up, then interleaved timed rounds, then peak memory."""
+    whats = [w for w in ('fwd_bwd', 'fwd') if w in args.passes]
+    for row in rows:  # warm-up: bucket caches, flex compilation
+        for what in whats:
+            if getattr(row, 'backward' if what == 'fwd_bwd' else 'forward'):
+                time_once(row, s, what, device)
+    for r in range(args.rounds):
+        for what in whats:
+            for row in rows:
+                if getattr(row,
+                           'backward' if what == 'fwd_bwd' else 'forward'):
+                    row.times[what].append(time_once(row, s, what, device))
+        if args.verbose:
+            print(f'  round {r + 1}/{args.rounds} done', flush=True)
+    if args.no_memory:
+        return
+    for what in whats:
+        for row in rows:
+            if getattr(row, 'backward' if what == 'fwd_bwd' else 'forward'):
+                row.peak[what] = peak_memory(row, s, what, device)
+
+
+def summarise(rows: List[Row], base_name: str) -> List[dict]:
+    """Medians and ratios to the row ``base_name``."""
+    base = next(r for r in rows if r.name == base_name)
+    out = []
+    for row in rows:
+        rec = dict(name=row.name)
+        for what in ('fwd_bwd', 'fwd'):
+            ts = row.times[what]
+            med = statistics.median(ts) if ts else None
+            bmed = (statistics.median(base.times[what])
+                    if base.times[what] else None)
+            rec[f'{what}_ms'] = None if med is None else med * 1e3
+            rec[f'{what}_ms_all'] = [t * 1e3 for t in ts]
+            rec[f'{what}_time_ratio'] = (None if med is None or not bmed else
+                                         med / bmed)
+            peak, bpeak = row.peak[what], base.peak[what]
+            rec[f'{what}_peak_mb'] = None if peak is None else peak / 2**20
+            rec[f'{what}_mem_ratio'] = (None if peak is None or not bpeak else
+                                        peak / bpeak)
+        out.append(rec)
+    return out
+
+
+def check_targets(layer: List[dict]) -> Dict[str, dict]:
+    """The issue's targets on the layer rows of one grid."""
+    by = {r['name']: r for r in layer}
+    res = {}
+    ctx = by.get('mmpe ctx product k')
+    if ctx and ctx['fwd_bwd_time_ratio'] is not None:
+        res['ctx_product_k_time'] = dict(
+            value=ctx['fwd_bwd_time_ratio'],
+            limit=TARGETS['ctx_product_k_time'],
+            met=ctx['fwd_bwd_time_ratio'] <= TARGETS['ctx_product_k_time'])
+    if ctx and ctx['fwd_bwd_mem_ratio'] is not None:
+        res['ctx_product_k_memory'] = dict(
+            value=ctx['fwd_bwd_mem_ratio'],
+            limit=TARGETS['ctx_product_k_memory'],
+            met=ctx['fwd_bwd_mem_ratio'] <= TARGETS['ctx_product_k_memory'])
+    bias = [
+        r for n, r in by.items()
+        if n.startswith('mmpe bias') and '(flex)' not in n
+        and r['fwd_bwd_time_ratio'] is not None
+    ]
+    if bias:
+        worst = max(bias, key=lambda r: r['fwd_bwd_time_ratio'])
+        res['bias_time'] = dict(
+            value=worst['fwd_bwd_time_ratio'],
+            worst=worst['name'],
+            limit=TARGETS['bias_time'],
+            met=worst['fwd_bwd_time_ratio'] <= TARGETS['bias_time'])
+    eq = by.get(EQ27)
+    if ctx and eq and ctx['fwd_bwd_ms'] and eq['fwd_bwd_ms']:
+        speedup = eq['fwd_bwd_ms'] / ctx['fwd_bwd_ms']
+        res['eq27_speedup'] = dict(
+            value=speedup,
+            limit=TARGETS['eq27_speedup'],
+            met=speedup >= TARGETS['eq27_speedup'])
+    return res
+
+
+def _fmt(v: Optional[float], spec: str) -> str:
+    return '-' if v is None else format(v, spec)
+
+
+def print_table(title: str, recs: List[dict]) -> None:
+    print(f'\n{title}')
+    head = (f'{"row":<34}{"fwd+bwd ms":>11}{"x":>6}{"fwd ms":>9}{"x":>6}'
+            f'{"peak MB":>9}{"x":>6}{"fwd MB":>8}{"x":>6}')
+    print(head)
+    print('-' * len(head))
+    for r in recs:
+        print(f'{r["name"]:<34}'
+              f'{_fmt(r["fwd_bwd_ms"], ".1f"):>11}'
+              f'{_fmt(r["fwd_bwd_time_ratio"], ".2f"):>6}'
+              f'{_fmt(r["fwd_ms"], ".1f"):>9}'
+              f'{_fmt(r["fwd_time_ratio"], ".2f"):>6}'
+              f'{_fmt(r["fwd_bwd_peak_mb"], ".0f"):>9}'
+              f'{_fmt(r["fwd_bwd_mem_ratio"], ".2f"):>6}'
+              f'{_fmt(r["fwd_peak_mb"], ".0f"):>8}'
+              f'{_fmt(r["fwd_mem_ratio"], ".2f"):>6}')
+
+
+def _grid(text: str) -> Tuple[int, int]:
+    m = re.fullmatch(r'(\d+)x(\d+)', text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f'grid {text!r} must look like 25x42 (height x width)')
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        '--grids', nargs='+', type=_grid, default=[(25, 42)],
+        help='feature grids HxW (DETR: 13x21, 25x42, 50x84)')
+    parser.add_argument('--batch', type=int, default=2)
+    parser.add_argument('--dims', type=int, default=256)
+    parser.add_argument('--heads', type=int, default=8)
+    parser.add_argument(
+        '--pad', type=float, default=0.1,
+        help='fraction of rows and of columns padded in the last image')
+    parser.add_argument('--dropout', type=float, default=0.0,
+                        help='attention / FFN dropout (training passes)')
+    parser.add_argument('--rounds', type=int, default=7,
+                        help='interleaved timed rounds (median reported)')
+    parser.add_argument('--device', default='cpu',
+                        help="'cpu', 'cuda' or 'auto' (cuda if present)")
+    parser.add_argument('--threads', type=int, default=None,
+                        help='torch.set_num_threads (default: unchanged)')
+    parser.add_argument(
+        '--variants', default=None,
+        help='regex: only rows whose name matches (the baseline is always '
+        'kept)')
+    parser.add_argument('--passes', nargs='+', default=['fwd_bwd', 'fwd'],
+                        choices=['fwd_bwd', 'fwd'])
+    parser.add_argument('--no-encoder', action='store_true',
+                        help='skip the 6-layer encoder rows')
+    parser.add_argument('--encoder-layers', type=int, default=6)
+    parser.add_argument('--no-memory', action='store_true',
+                        help='skip the peak-memory runs')
+    parser.add_argument('--no-flex', action='store_true',
+                        help='skip the FlexAttention rows')
+    parser.add_argument(
+        '--quick', action='store_true',
+        help='small and fast (tests): 6x8 grid, batch 2, 64 dims, 4 heads, '
+        '2 rounds, 2-layer encoder, a few rows, no flex')
+    parser.add_argument('--out', help='write the results as JSON here')
+    parser.add_argument('--verbose', action='store_true')
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.grids, args.dims, args.heads = [(6, 8)], 64, 4
+        args.rounds, args.encoder_layers, args.no_flex = 2, 2, True
+        if args.variants is None:
+            args.variants = 'no RPE|ctx product k$|bias product k$|Eq|encoder'
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> dict:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dev = args.device
+    if dev == 'auto':
+        dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+    device = torch.device(dev)
+    flex_ok = {
+        'fwd_bwd':
+        not args.no_flex and flex_unsupported_reason(device, True) is None,
+        'fwd':
+        not args.no_flex and flex_unsupported_reason(device, False) is None
+    }
+    load = os.getloadavg() if hasattr(os, 'getloadavg') else None
+    env = dict(
+        date=datetime.now(timezone.utc).isoformat(timespec='seconds'),
+        torch=torch.__version__,
+        device=str(device),
+        device_name=(torch.cuda.get_device_name(device)
+                     if device.type == 'cuda' else platform.processor()
+                     or platform.machine()),
+        cpu_count=os.cpu_count(),
+        threads=torch.get_num_threads(),
+        load_avg_start=load,
+        flex=flex_ok)
+    print(f'torch {env["torch"]} on {env["device"]} ({env["device_name"]}), '
+          f'{env["threads"]} threads, load average {load}; batch '
+          f'{args.batch}, {args.dims} dims, {args.heads} heads; median of '
+          f'{args.rounds} interleaved rounds; x = ratio to {BASELINE!r} of '
+          'the same run')
+    results = dict(env=env, args={
+        k: (v if k != 'grids' else [f'{h}x{w}' for h, w in v])
+        for k, v in vars(args).items()
+    }, grids={})
+    pattern = re.compile(args.variants) if args.variants else None
+    for grid in args.grids:
+        key = f'{grid[0]}x{grid[1]}'
+        inputs = Inputs(args.batch, grid, args.dims, args.pad, device)
+        res = {}
+        groups = [('layer', layer_rows)]
+        if not args.no_encoder:
+            groups.append(('encoder', encoder_rows))
+        for group, build in groups:
+            rows = build(args, device, flex_ok)
+            base = rows[0].name
+            if pattern is not None:
+                rows = [
+                    r for r in rows if r.name == base or pattern.search(r.name)
+                ]
+            if args.no_flex:
+                rows = [r for r in rows if '(flex)' not in r.name]
+            if args.verbose:
+                print(f'{key} {group}: {len(rows)} rows', flush=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                measure(rows, inputs, args, device)
+            recs = summarise(rows, base)
+            res[group] = recs
+            print_table(
+                f'{group} @ {key} (L = {grid[0] * grid[1]}, '
+                f'{args.encoder_layers if group == "encoder" else 1} '
+                'layer(s))', recs)
+            del rows
+        res['targets'] = check_targets(res['layer'])
+        results['grids'][key] = res
+        if res['targets']:
+            print('\ntargets (layer, fwd+bwd):')
+            for name, t in res['targets'].items():
+                print(f'  {name}: {t["value"]:.2f} (limit {t["limit"]}) '
+                      f'{"met" if t["met"] else "NOT met"}')
+    env['load_avg_end'] = (os.getloadavg()
+                           if hasattr(os, 'getloadavg') else None)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            json.dump(results, f, indent=1)
+        print(f'\nwrote {args.out}')
+    return results
+
+
+if __name__ == '__main__':
+    main()
