@@ -1,0 +1,241 @@
+"""Proxy ablation study on the embedded data set, with seeds and error bars.
+
+COCO-scale training is impossible on a 2-core CPU, so this re-creates the
+*shape* of the papers' tables with the quick-start models:
+
+- ``irpe_tab6``: iRPE paper Tab. 6 rows on the quick-start DETR (no PE /
+  sine / sine + bias / contextual without abs PE / sine + contextual clip /
+  sine + contextual piecewise);
+- ``irpe_tab1``: Tab. 1's undirected (euclidean, quant) vs directed (cross,
+  product) methods, contextual on keys, with the sine encoding;
+- ``cpvt_res``: CPVT's resolution generalisation: the tiny CPVT Mask R-CNN
+  with 'peg' / 'learnable' / 'sine' / 'rope2d', trained at one size and
+  evaluated at 1x, 1.5x and 2x without fine-tuning.
+
+Every run is ``tools/train.py`` (and ``tools/analysis/eval_resolutions.py``
+for ``cpvt_res``) in a subprocess; the final validation metrics are read from
+the run's ``scalars.json``. The table (mean +- sample std over seeds, wall
+time) goes to stdout, to ``--out`` (JSON) and, with ``--markdown``, to a
+Markdown file::
+
+    python tools/experiments/ablation.py --studies irpe_tab6 --seeds 0 1 2
+    python tools/experiments/ablation.py --quick      # small, for a first look
+
+The study is not tuned toward the papers' answers: every row uses the same
+schedule and data, and the numbers are what they are.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import os.path as osp
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
+DETR = 'configs/quickstart/detr_r18_synthetic.py'
+DETR_IRPE = 'configs/quickstart/detr_irpe_r18_synthetic.py'
+CPVT = 'configs/quickstart/mask-rcnn_cpvt-tiny_synthetic.py'
+RPE = 'model.encoder.layer_cfg.self_attn_cfg.rpe_cfg'
+
+#: study -> list of (row name, config, extra --cfg-options)
+STUDIES: Dict[str, List[tuple]] = {
+    'irpe_tab6': [
+        ('#2 no PE', DETR_IRPE,
+         ['model.positional_encoding=None', f'{RPE}=None']),
+        ('#1 sine (DETR)', DETR, []),
+        ('#3 sine + bias', DETR_IRPE, [f'{RPE}.mode=bias']),
+        ('#4 ctx, no abs PE', DETR_IRPE, ['model.positional_encoding=None']),
+        ('#5 sine + ctx clip', DETR_IRPE,
+         [f'{RPE}.index=clip', f'{RPE}.max_distance=3']),
+        ('#6 sine + ctx piecewise', DETR_IRPE, []),
+    ],
+    'irpe_tab1': [
+        (f'ctx {m}', DETR_IRPE, [f'{RPE}.method={m}'])
+        for m in ('euclidean', 'quant', 'cross', 'product')
+    ],
+    'cpvt_res': [(f'CPVT {pe}', CPVT, [f'model.backbone.pos_encoding={pe}'])
+                 for pe in ('peg', 'learnable', 'sine', 'rope2d')],
+}
+SCALES = (1.0, 1.5, 2.0)
+
+
+def _run(cmd: Sequence[str], log_file: str) -> float:
+    start = time.time()
+    with open(log_file, 'w') as log:
+        proc = subprocess.run(
+            [sys.executable, *cmd],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f'{" ".join(cmd)} failed; see {log_file}')
+    return time.time() - start
+
+
+def _last_val_metrics(work_dir: str) -> Dict[str, float]:
+    metrics: Dict[str, float] = {}
+    for path in sorted(
+            glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                if 'coco/bbox_mAP' in rec:
+                    metrics = rec
+    if not metrics:
+        raise RuntimeError(f'no validation metrics in {work_dir}')
+    return {k: v for k, v in metrics.items() if k.startswith('coco/')}
+
+
+def run_one(study: str, name: str, config: str, options: List[str],
+            seed: int, args) -> dict:
+    """Train one row with one seed (and evaluate at scales for cpvt_res)."""
+    slug = name.replace(' ', '_').replace('#', '').replace('+', 'p')
+    work_dir = osp.join(args.work_dir, study, f'{slug}_seed{seed}')
+    os.makedirs(work_dir, exist_ok=True)
+    opts = [
+        f'randomness.seed={seed}', f'train_cfg.max_epochs={args.epochs}',
+        f'train_cfg.val_interval={args.epochs}',
+        'default_hooks.checkpoint.max_keep_ckpts=1',
+        f'default_hooks.checkpoint.interval={args.epochs}', *options
+    ]
+    if args.data_root:
+        root = args.data_root.rstrip('/') + '/'
+        opts += [
+            f'train_dataloader.dataset.data_root={root}',
+            f'val_dataloader.dataset.data_root={root}',
+            f'test_dataloader.dataset.data_root={root}',
+            f'val_evaluator.ann_file={root}annotations/instances_val.json',
+            f'test_evaluator.ann_file={root}annotations/instances_val.json'
+        ]
+    result = dict(study=study, row=name, seed=seed, config=config,
+                  options=options)
+    resume = ['--resume'] if glob.glob(osp.join(work_dir, '*.pth')) else []
+    result['train_seconds'] = _run(
+        ['tools/train.py', config, '--work-dir', work_dir, *resume,
+         '--cfg-options', *opts], osp.join(work_dir, 'train.log'))
+    result['metrics'] = _last_val_metrics(work_dir)
+    if study == 'cpvt_res':
+        ckpt = osp.join(work_dir, f'epoch_{args.epochs}.pth')
+        _run([
+            'tools/analysis/eval_resolutions.py', config, ckpt, '--scales',
+            *[str(s) for s in SCALES], '--work-dir',
+            osp.join(work_dir, 'res'), '--cfg-options', *opts
+        ], osp.join(work_dir, 'eval_resolutions.log'))
+        with open(osp.join(work_dir, 'res', 'eval_resolutions.json')) as f:
+            result['scales'] = json.load(f)['results']
+    return result
+
+
+def _mean_std(values: List[float]) -> str:
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return f'{mean:.3f}'
+    std = math.sqrt(sum((v - mean)**2 for v in values) / (n - 1))
+    return f'{mean:.3f} ± {std:.3f}'
+
+
+def summarise(results: List[dict]) -> str:
+    """Markdown tables, one per study: mean ± std over seeds."""
+    lines: List[str] = []
+    for study in STUDIES:
+        rows = [r for r in results if r['study'] == study]
+        if not rows:
+            continue
+        names = list(dict.fromkeys(r['row'] for r in rows))
+        seeds = sorted({r['seed'] for r in rows})
+        lines += [f'### {study} (seeds {seeds})', '']
+        if study == 'cpvt_res':
+            head = ['row'] + [f'bbox AP x{s:g}' for s in SCALES] + \
+                [f'segm AP x{s:g}' for s in SCALES] + ['train s/run']
+        else:
+            head = ['row', 'AP', 'AP50', 'train s/run']
+        lines += ['| ' + ' | '.join(head) + ' |',
+                  '|' + '---|' * len(head)]
+        for name in names:
+            group = [r for r in rows if r['row'] == name]
+            secs = _mean_std([r['train_seconds'] for r in group])
+            if study == 'cpvt_res':
+                cells = []
+                for kind in ('bbox', 'segm'):
+                    for i, _ in enumerate(SCALES):
+                        cells.append(_mean_std([
+                            r['scales'][i]['metrics'].get(
+                                f'coco/{kind}_mAP', float('nan'))
+                            for r in group
+                        ]))
+            else:
+                cells = [
+                    _mean_std([r['metrics']['coco/bbox_mAP'] for r in group]),
+                    _mean_std(
+                        [r['metrics']['coco/bbox_mAP_50'] for r in group])
+                ]
+            lines.append('| ' + ' | '.join([name, *cells, secs]) + ' |')
+        lines.append('')
+    return '\n'.join(lines)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        '--studies', nargs='+', default=list(STUDIES), choices=list(STUDIES))
+    parser.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
+    parser.add_argument(
+        '--epochs', type=int, default=None,
+        help='epochs per run (default 24 for DETR studies, 4 for cpvt_res; '
+        '--quick: 3)')
+    parser.add_argument(
+        '--quick', action='store_true',
+        help='3 epochs per run: a first look, not the study')
+    parser.add_argument('--rows', nargs='+', help='only rows whose name '
+                        'contains one of these strings')
+    parser.add_argument('--data-root', help='data set (default: config\'s)')
+    parser.add_argument('--work-dir', default='work_dirs/ablation')
+    parser.add_argument('--out', default=None, help='JSON of all runs')
+    parser.add_argument('--markdown', default=None,
+                        help='write the tables to this Markdown file')
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    out = args.out or osp.join(args.work_dir, 'ablation.json')
+    os.makedirs(args.work_dir, exist_ok=True)
+    results: List[dict] = []
+    if osp.isfile(out):  # keep finished runs: a study can be continued
+        with open(out) as f:
+            results = json.load(f)
+    done = {(r['study'], r['row'], r['seed']) for r in results}
+    for study in args.studies:
+        epochs = args.epochs or (3 if args.quick else
+                                 (4 if study == 'cpvt_res' else 24))
+        for name, config, options in STUDIES[study]:
+            if args.rows and not any(s in name for s in args.rows):
+                continue
+            for seed in args.seeds:
+                if (study, name, seed) in done:
+                    continue
+                run_args = argparse.Namespace(**vars(args))
+                run_args.epochs = epochs
+                print(f'[ablation] {study} | {name} | seed {seed} | '
+                      f'{epochs} epochs', flush=True)
+                result = run_one(study, name, config, options, seed,
+                                 run_args)
+                result['epochs'] = epochs
+                results.append(result)
+                with open(out, 'w') as f:
+                    json.dump(results, f, indent=1)
+    table = summarise(results)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, 'w') as f:
+            f.write(table)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
