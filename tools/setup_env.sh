@@ -59,7 +59,7 @@ PIP=("${PIP[@]}" install -c "$CONSTRAINTS")
 # wheel of 2.1.0 for current torch). --no-build-isolation so it builds against
 # the torch in this venv.
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" >/dev/null 2>&1; then
-    echo "[setup] building mmcv==2.1.0 with ops (first time: ~12 min on 2 cores; cached afterwards)"
+    echo "[setup] installing mmcv==2.1.0 with ops (built from source the first time: ~12 min on 2 cores; pip caches the wheel)"
     MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
         "${PIP[@]}" --no-build-isolation "mmcv==2.1.0"
 fi

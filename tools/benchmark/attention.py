@@ -374,6 +374,38 @@ def measure(rows: List[Row], s: Inputs, args: argparse.Namespace,
                 row.peak[what] = peak_memory(row, s, what, device)
 
 
+def profile_rows(rows: List[Row], s: Inputs, pattern: str,
+                 device: torch.device, top: int = 12) -> Dict[str, list]:
+    """Where the fwd+bwd time goes: the ``top`` ops by self time (3 runs
+    under ``torch.profiler``) of the rows matching ``pattern``."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU]
+    if device.type == 'cuda':
+        acts.append(ProfilerActivity.CUDA)
+    out = {}
+    for row in rows:
+        if not row.backward or not re.search(pattern, row.name):
+            continue
+        with profile(activities=acts, record_shapes=True) as prof:
+            for _ in range(3):
+                time_once(row, s, 'fwd_bwd', device)
+        stats = prof.key_averages(group_by_input_shape=True)
+        key = ('self_device_time_total'
+               if device.type == 'cuda' else 'self_cpu_time_total')
+        total = sum(getattr(e, key) for e in stats) or 1.0
+        ops = sorted(stats, key=lambda e: -getattr(e, key))[:top]
+        out[row.name] = [
+            dict(op=e.key, shapes=str(e.input_shapes)[:120],
+                 calls=e.count // 3, ms=getattr(e, key) / 3e3,
+                 share=getattr(e, key) / total) for e in ops
+        ]
+        print(f'\nprofile of {row.name!r} (fwd+bwd, per run):')
+        for o in out[row.name]:
+            print(f'  {o["ms"]:8.1f} ms {100 * o["share"]:5.1f}%  '
+                  f'{o["op"]:<32} x{o["calls"]:<3} {o["shapes"]}')
+    return out
+
+
 def summarise(rows: List[Row], base_name: str) -> List[dict]:
     """Medians and ratios to the row ``base_name``."""
     base = next(r for r in rows if r.name == base_name)
@@ -502,6 +534,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         '--quick', action='store_true',
         help='small and fast (tests): 6x8 grid, batch 2, 64 dims, 4 heads, '
         '2 rounds, 2-layer encoder, a few rows, no flex')
+    parser.add_argument(
+        '--profile', default=None, metavar='REGEX',
+        help='also profile (torch.profiler) the fwd+bwd of matching rows')
     parser.add_argument('--out', help='write the results as JSON here')
     parser.add_argument('--verbose', action='store_true')
     args = parser.parse_args(argv)
@@ -538,7 +573,14 @@ def main(argv: Optional[List[str]] = None) -> dict:
         cpu_count=os.cpu_count(),
         threads=torch.get_num_threads(),
         load_avg_start=load,
-        flex=flex_ok)
+        flex=flex_ok,
+        # allocator knobs that change CPU timings (page faults of fresh
+        # (B, H, L, L) buffers)
+        env_vars={
+            k: os.environ.get(k)
+            for k in ('OMP_NUM_THREADS', 'THP_MEM_ALLOC_ENABLE',
+                      'LD_PRELOAD')
+        })
     print(f'torch {env["torch"]} on {env["device"]} ({env["device_name"]}), '
           f'{env["threads"]} threads, load average {load}; batch '
           f'{args.batch}, {args.dims} dims, {args.heads} heads; median of '
@@ -576,6 +618,9 @@ def main(argv: Optional[List[str]] = None) -> dict:
                 f'{group} @ {key} (L = {grid[0] * grid[1]}, '
                 f'{args.encoder_layers if group == "encoder" else 1} '
                 'layer(s))', recs)
+            if args.profile:
+                res[f'{group}_profile'] = profile_rows(
+                    rows, inputs, args.profile, device)
             del rows
         res['targets'] = check_targets(res['layer'])
         results['grids'][key] = res

@@ -55,16 +55,43 @@ def _warn_once(msg: str) -> None:
         warnings.warn(msg, stacklevel=3)
 
 
-def _accumulate(term: Tensor, bias: Optional[Tensor], fresh: bool) -> Tensor:
-    """``term + bias`` for a constant (no-grad) attention bias, in place in
-    ``term`` when it is a buffer computed for this call alone (``fresh``:
-    contextual terms depend on the input) of the full shape."""
-    if bias is None:
-        return term
-    if (fresh and term.is_contiguous() and not term.requires_grad
-            and torch.broadcast_shapes(term.shape, bias.shape) == term.shape):
-        return term.add_(bias)
-    return term + bias
+def _constant_bias(terms: Sequence[Tuple[Tensor, bool]],
+                   mask: Optional[Tensor]) -> Optional[Tensor]:
+    """Sum of constant (no-grad) attention terms and a mask, for SDPA.
+
+    Adds into a full-size buffer this call owns (a fresh contextual term, or
+    the first out-of-place sum) in place, so that the (B, H, L, L) bias
+    costs one buffer. Head- or batch-broadcast views (bias mode) are made
+    compact first, so that a transposed one (iRPE on queries) is read
+    contiguously.
+
+    Args:
+        terms (list[tuple[Tensor, bool]]): (term, fresh) pairs; ``fresh``
+            says the term was computed for this call alone (contextual).
+        mask (Tensor, optional): Additive float mask.
+
+    Returns:
+        Tensor | None: Broadcastable to (B, H, L, L).
+    """
+    acc, owned = mask, False
+    for term, fresh in terms:
+        if not fresh:
+            # stride-0 (broadcast) dims back to size 1, then contiguous
+            index = tuple(
+                slice(0, 1) if st == 0 and sz > 1 else slice(None)
+                for st, sz in zip(term.stride(), term.shape))
+            term = term[index].contiguous()
+        if acc is None:
+            acc, owned = term, fresh and term.is_contiguous()
+            continue
+        shape = torch.broadcast_shapes(acc.shape, term.shape)
+        if owned and acc.shape == shape:
+            acc.add_(term)
+        elif fresh and term.is_contiguous() and term.shape == shape:
+            acc, owned = term.add_(acc), True
+        else:
+            acc, owned = acc + term, True
+    return acc
 
 
 class _MaskedSoftmax(torch.autograd.Function):
@@ -343,12 +370,11 @@ class iRPEMultiheadAttention(BaseModule):
         if self.rpe_v is None and not terms_need_grad:
             # No gradient into the iRPE terms: they (and the masks) are a
             # constant float mask of SDPA's fused kernels.
-            bias = self._additive_mask(attn_mask, key_padding_mask, q)
-            for rpe, x in ((self.rpe_k, q), (self.rpe_q, k)):
-                if rpe is not None:
-                    bias = _accumulate(
-                        rpe(x * scale, height, width), bias,
-                        fresh=rpe.mode == 'contextual')
+            terms = [(rpe(x * scale, height, width), rpe.mode == 'contextual')
+                     for rpe, x in ((self.rpe_k, q), (self.rpe_q, k))
+                     if rpe is not None]
+            bias = _constant_bias(
+                terms, self._additive_mask(attn_mask, key_padding_mask, q))
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias, dropout_p=drop, scale=scale)
 

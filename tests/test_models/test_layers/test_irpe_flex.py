@@ -129,6 +129,7 @@ def eager_flex(monkeypatch):
 @pytest.mark.parametrize('rpe', [
     dict(mode='contextual', method='product'),
     dict(mode='bias', method='cross', shared_head=False),
+    dict(mode='bias', method='product'),
     dict(mode='contextual', method='quant', skip=1),
 ])
 @pytest.mark.parametrize('rpe_on', ['k', 'qk'])
@@ -143,6 +144,23 @@ def test_module_flex_equals_explicit_forward(eager_flex, rpe, rpe_on):
                    spatial_shape=(3, 4))
     assert len(eager_flex) == 1
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize('rpe', [
+    dict(mode='contextual', method='product'),
+    dict(mode='bias', method='product'),
+    dict(mode='contextual', method='cross', skip=2, shared_head=False),
+])
+@pytest.mark.parametrize('rpe_on', ['k', 'qk'])
+def test_explicit_no_grad_path_equals_autograd_path(rpe, rpe_on):
+    """Without grad the explicit path hands the terms to SDPA as a mask."""
+    x, pos, mask = _inputs(skip=rpe.get('skip', 0))
+    m = _module('explicit', rpe_on, **rpe)
+    kwargs = dict(query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    want = m(x, **kwargs)  # grad enabled: in-place logits, custom softmax
+    with torch.no_grad():
+        got = m(x, **kwargs)
+    torch.testing.assert_close(got, want.detach(), atol=ATOL, rtol=0)
 
 
 def test_auto_uses_flex_for_cpu_inference_only(eager_flex, monkeypatch):
