@@ -129,7 +129,9 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=2e-4, weight_decay=1e-4),
     clip_grad=dict(max_norm=0.1, norm_type=2))
 
-max_epochs = 24
+# About 10 minutes on 2 CPU cores (100 iterations of 8 images an epoch);
+# validation every 4 epochs shows the AP curve rising.
+max_epochs = 20
 train_cfg = dict(
     type='EpochBasedTrainLoop', max_epochs=max_epochs, val_interval=4)
 val_cfg = dict(type='ValLoop')
@@ -140,12 +142,12 @@ param_scheduler = [
         begin=0,
         end=max_epochs,
         by_epoch=True,
-        milestones=[20],
+        milestones=[16],
         gamma=0.1)
 ]
 
 default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=10),
+    logger=dict(type='LoggerHook', interval=25),
     checkpoint=dict(type='CheckpointHook', interval=4, max_keep_ckpts=2))
 # RNG states go into checkpoints, so --resume repeats an uninterrupted run.
 custom_hooks = [dict(type='RNGStateHook')]

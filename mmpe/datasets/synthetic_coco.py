@@ -29,9 +29,9 @@ real detection task with scale, aspect, position and occlusion variation):
   (128..256 by default) and the aspect ratio ``w / h`` log-uniform in
   ``aspect_range`` (1:3..3:1), so batches are padded and feature grids
   differ.
-* **Objects**: 1..``max_objects`` per image (uniform), class uniform,
-  extent (side / diameter) uniform in ``object_scale_range`` (15..50%) of
-  the image's short side but at least ``min_object_size`` px; the centre
+* **Objects**: 1..``max_objects`` (3) per image (uniform), class uniform,
+  extent (side / diameter) uniform in ``object_scale_range`` (30..70%) of
+  the image's short side but at least ``min_object_size`` (24) px; the centre
   keeps at least ~70% of the extent inside the image, so some objects are
   truncated by the border. Objects are painted in order, later ones over
   earlier ones (occlusion). A placement is rejected (and re-sampled, up to
@@ -254,9 +254,9 @@ def render_synthetic_image(
     min_size: int = 128,
     max_size: int = 256,
     aspect_range: Tuple[float, float] = (1 / 3, 3.0),
-    max_objects: int = 4,
-    object_scale_range: Tuple[float, float] = (0.15, 0.5),
-    min_object_size: int = 16,
+    max_objects: int = 3,
+    object_scale_range: Tuple[float, float] = (0.3, 0.7),
+    min_object_size: int = 24,
     min_visible_frac: float = 0.3,
     min_visible_area: int = 48,
     min_fragment_area: int = 16,
@@ -269,11 +269,11 @@ def render_synthetic_image(
         max_size (int): Largest long side in pixels. Defaults to 256.
         aspect_range (tuple[float, float]): Range of ``w / h``, sampled
             log-uniformly. Defaults to (1/3, 3).
-        max_objects (int): Most objects per image (at least 1). Defaults to 4.
+        max_objects (int): Most objects per image (at least 1). Defaults to 3.
         object_scale_range (tuple[float, float]): Object extent as a
-            fraction of the short side. Defaults to (0.15, 0.5).
+            fraction of the short side. Defaults to (0.3, 0.7).
         min_object_size (int): Smallest object extent in pixels.
-            Defaults to 16.
+            Defaults to 24.
         min_visible_frac (float): Smallest visible fraction of an object's full
             area. Defaults to 0.3.
         min_visible_area (int): Smallest visible area in pixels.
@@ -460,9 +460,9 @@ def generate_synthetic_coco(
     min_size: int = 128,
     max_size: int = 256,
     aspect_range: Tuple[float, float] = (1 / 3, 3.0),
-    max_objects: int = 4,
-    object_scale_range: Tuple[float, float] = (0.15, 0.5),
-    min_object_size: int = 16,
+    max_objects: int = 3,
+    object_scale_range: Tuple[float, float] = (0.3, 0.7),
+    min_object_size: int = 24,
     min_visible_frac: float = 0.3,
     img_format: str = 'jpg',
     overwrite: bool = False,
@@ -484,11 +484,11 @@ def generate_synthetic_coco(
         max_size (int): Largest image long side in pixels. Defaults to 256.
         aspect_range (tuple[float, float]): Range of ``w / h`` (log-uniform).
             Defaults to (1/3, 3).
-        max_objects (int): Most objects per image. Defaults to 4.
+        max_objects (int): Most objects per image. Defaults to 3.
         object_scale_range (tuple[float, float]): Object extent as a
-            fraction of the image's short side. Defaults to (0.15, 0.5).
+            fraction of the image's short side. Defaults to (0.3, 0.7).
         min_object_size (int): Smallest object extent in pixels.
-            Defaults to 16.
+            Defaults to 24.
         min_visible_frac (float): Objects are placed so that each keeps at
             least this fraction of its area visible. Defaults to 0.3.
         img_format (str): ``'jpg'`` (quality 95) or ``'png'``. Defaults to

@@ -65,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--max-objects',
         type=int,
-        default=4,
+        default=3,
         help='most objects per image (default: %(default)s)')
     parser.add_argument(
         '--img-format',
