@@ -68,10 +68,20 @@ def _image(path, h=72, w=104):
     return str(path)
 
 
-def test_visualize_rpe_attention_writes_png(tmp_path):
+@pytest.mark.parametrize('with_ckpt', [False, True])
+def test_visualize_rpe_attention_writes_png(tmp_path, with_ckpt):
+    from mmdet.registry import MODELS
+    from mmengine.config import Config
     tool = _tool('analysis', 'visualize_rpe_attention.py')
-    out = tool.main([
-        CONFIG, '--img', _image(tmp_path / 'img.png'), '--point', '30', '20',
+    args = [CONFIG]
+    if with_ckpt:  # a checkpoint as mmengine saves it
+        model = MODELS.build(Config.fromfile(CONFIG).model)
+        ckpt = str(tmp_path / 'epoch_1.pth')
+        torch.save(dict(meta=dict(epoch=1), state_dict=model.state_dict()),
+                   ckpt)
+        args.append(ckpt)
+    out = tool.main(args + [
+        '--img', _image(tmp_path / 'img.png'), '--point', '30', '20',
         '--out', str(tmp_path / 'attn.png'), '--dpi', '40'
     ])
     _assert_png(out)

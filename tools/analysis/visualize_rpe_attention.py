@@ -19,7 +19,7 @@ title says so.
 Example::
 
     python tools/analysis/visualize_rpe_attention.py \\
-        configs/quickstart/detr_irpe_r18_synthetic.py work_dirs/x/epoch_24.pth \\
+        configs/quickstart/detr_irpe_r18_synthetic.py work_dirs/x/epoch.pth \\
         --img demo.jpg --point 120 80 --out work_dirs/rpe_attention.png
 """
 import argparse

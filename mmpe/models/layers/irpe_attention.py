@@ -47,6 +47,8 @@ MAX_FLEX_KERNELS = 8
 # on CPU it pays off only where memory is the limit. 0: always on CPU.
 FLEX_CPU_MIN_BYTES = 2**30
 _WARNED: Set[str] = set()
+# device types where _MaskedSoftmax reuses its buffers (see its docstring)
+_SOFTMAX_INPLACE_DEVICES = ('cpu', )
 
 
 def _warn_once(msg: str) -> None:
@@ -95,28 +97,36 @@ def _constant_bias(terms: Sequence[Tuple[Tensor, bool]],
 
 
 class _MaskedSoftmax(torch.autograd.Function):
-    """``softmax(logits + mask)`` over the last dim, in place.
+    """``softmax(logits + mask)`` over the last dim, in place on CPU.
 
     On CPU every fresh (B, H, L, L) buffer costs page faults comparable to a
     pass over it, so the logits buffer becomes the probabilities, and in
     backward the incoming gradient buffer becomes the logits' gradient.
     That buffer is produced by this layer's own ``attn @ v`` (and ``rpe_v``)
-    backward and is read by no one else.
+    backward and is read by no one else. Other devices (whose caching
+    allocators make fresh buffers cheap, and where the aliasing of these
+    kernels is not tested here) compute out of place.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, mask: Optional[Tensor]) -> Tensor:
         if mask is not None:
             logits.add_(mask)
-        torch.ops.aten._softmax.out(logits, -1, False, out=logits)
-        ctx.mark_dirty(logits)
-        ctx.save_for_backward(logits)
-        return logits
+        ctx.inplace = logits.device.type in _SOFTMAX_INPLACE_DEVICES
+        if ctx.inplace:
+            torch.ops.aten._softmax.out(logits, -1, False, out=logits)
+            ctx.mark_dirty(logits)
+            prob = logits
+        else:
+            prob = torch.softmax(logits, -1)
+        ctx.save_for_backward(prob)
+        return prob
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tuple[Tensor, None]:
         (prob, ) = ctx.saved_tensors
-        if grad.is_contiguous() and grad.dtype == prob.dtype:
+        if (ctx.inplace and grad.is_contiguous()
+                and grad.dtype == prob.dtype):
             torch.ops.aten._softmax_backward_data.out(
                 grad, prob, -1, prob.dtype, grad_input=grad)
             return grad, None

@@ -230,11 +230,31 @@ def test_compile_failure_falls_back_once(monkeypatch):
         with pytest.warns(UserWarning, match='no C\\+\\+ compiler'):
             got = m(x, query_pos=pos, key_padding_mask=mask,
                     spatial_shape=(3, 4))
-        m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+        with pytest.warns(UserWarning, match='compilation failed before'):
+            m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
         want = _module('explicit')(
             x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
     assert calls == [1]  # not retried
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize('inplace', [True, False])
+def test_masked_softmax_gradcheck(monkeypatch, inplace):
+    """The explicit path's softmax: in place on CPU, out of place on other
+    devices (forced here on CPU)."""
+    if not inplace:
+        monkeypatch.setattr(attn_mod, '_SOFTMAX_INPLACE_DEVICES', ())
+    torch.manual_seed(0)
+    x = torch.randn(2, 2, 3, 5, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(2, 1, 1, 5, dtype=torch.float64)
+    mask[1, ..., -2:] = float('-inf')
+
+    def fn(t):
+        # (t * 1) is a fresh non-leaf the function may overwrite
+        return attn_mod._MaskedSoftmax.apply(t * 1, mask) * 1
+
+    torch.testing.assert_close(fn(x), (x + mask).softmax(-1))
+    assert torch.autograd.gradcheck(fn, (x, ))
 
 
 def test_bad_attn_impl_names_the_choices():
