@@ -88,13 +88,14 @@ def build_cfg(args) -> Config:
         optim_wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
         if optim_wrapper == 'AmpOptimWrapper':
             print('AMP training is already enabled in your config.')
-        else:
+        elif torch.cuda.is_available():
             cfg.optim_wrapper.type = 'AmpOptimWrapper'
-            if torch.cuda.is_available():
-                cfg.optim_wrapper.loss_scale = 'dynamic'
-            else:
-                # CPU autocast runs bf16, whose range needs no loss scaling.
-                cfg.optim_wrapper.dtype = 'bfloat16'
+            cfg.optim_wrapper.loss_scale = 'dynamic'
+        else:
+            # mmengine's AmpOptimWrapper needs a GPU; bf16 autocast on CPU
+            # needs no loss scaling.
+            cfg.optim_wrapper.type = 'AutocastOptimWrapper'
+            cfg.optim_wrapper.dtype = 'bfloat16'
 
     if args.auto_scale_lr:
         if 'auto_scale_lr' in cfg and 'enable' in cfg.auto_scale_lr \

@@ -1,5 +1,7 @@
 """Engine helpers: weights-only-safe checkpoints for MMEngine on torch >= 2.6
-and a hook that makes resumed runs repeat uninterrupted ones."""
+a hook that makes resumed runs repeat uninterrupted ones, and bf16
+autocast training on CPU."""
+from .autocast_optim_wrapper import AutocastOptimWrapper
 from .rng_state_hook import RNGStateHook
 from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
                               install, load_from_local_safe,
@@ -8,6 +10,6 @@ from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
 install()
 
 __all__ = [
-    'RNGStateHook', 'UNSAFE_LOAD_ENV', 'UnsafeCheckpointError', 'install',
+    'AutocastOptimWrapper', 'RNGStateHook', 'UNSAFE_LOAD_ENV', 'UnsafeCheckpointError', 'install',
     'load_from_local_safe', 'rebuild_history_buffer'
 ]

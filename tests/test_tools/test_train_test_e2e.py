@@ -155,3 +155,18 @@ def test_missing_data_gives_one_clear_message(tmp_path):
     assert missing in proc.stderr
     assert 'make_synthetic_coco.py' in proc.stderr
     assert 'Traceback' not in proc.stderr
+
+
+def test_amp_flag_trains_with_bf16_autocast_on_cpu(tiny_data, tmp_path):
+    import math
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip('on CUDA --amp is mmengine\'s fp16 AmpOptimWrapper')
+    work_dir = str(tmp_path / 'amp')
+    proc = _run([
+        'tools/train.py', CONFIG, '--work-dir', work_dir, '--amp',
+        '--cfg-options', *_options(tiny_data, 1)
+    ])
+    assert "type='AutocastOptimWrapper'" in proc.stdout + proc.stderr
+    losses = _losses(work_dir)
+    assert losses and all(math.isfinite(v) for v in losses.values())
