@@ -19,7 +19,7 @@ sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
 import mmpe  # noqa: E402,F401  (registers modules, safe checkpoints)
 from mmpe.engine import UNSAFE_LOAD_ENV  # noqa: E402
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
-                        fix_worker_settings,
+                        finalize_distributed, fix_worker_settings,
                         prepare_cpu_distributed)
 
 
@@ -119,6 +119,7 @@ def main(argv=None):
     else:
         runner = RUNNERS.build(cfg)
     metrics = runner.test()
+    finalize_distributed()
     return 0 if metrics is not None else 1
 
 

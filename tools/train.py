@@ -21,7 +21,7 @@ sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
 import mmpe  # noqa: E402,F401  (registers modules, safe checkpoints)
 from mmpe.engine import UNSAFE_LOAD_ENV  # noqa: E402
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
-                        fix_worker_settings,
+                        finalize_distributed, fix_worker_settings,
                         check_work_dir, prepare_cpu_distributed)
 
 
@@ -136,6 +136,7 @@ def main(argv=None):
     else:
         runner = RUNNERS.build(cfg)
     runner.train()
+    finalize_distributed()
     return 0
 
 

@@ -40,3 +40,15 @@ def prepare_cpu_distributed(cfg: Config, launcher: str) -> bool:
             rank=int(os.environ['RANK']),
             world_size=int(os.environ['WORLD_SIZE']))
     return True
+
+
+def finalize_distributed() -> None:
+    """Tear the process group down before the interpreter exits.
+
+    Left alive, gloo's threads can outlive Python's shutdown and abort a
+    rank ("terminate called without an active exception") after training
+    finished; torchrun then reports the whole job as failed.
+    """
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        torch_dist.barrier()
+        torch_dist.destroy_process_group()
