@@ -2,6 +2,7 @@
 the summary computes mean and sample std over seeds."""
 import copy
 import importlib.util
+import json
 import os.path as osp
 
 import pytest
@@ -48,7 +49,10 @@ def test_row_builds_what_it_says(study, name, config, options):
         method = name.split()[-1]
         assert rpes and all(r.method == method for r in rpes)
     else:
-        assert model.backbone.pos_encoding == name.split()[-1]
+        pe = name.split()[-1]
+        assert model.backbone.pos_encoding == pe
+        # only the 'peg' row has PEGs; 'none' is the control with no PE
+        assert bool(len(model.backbone.pegs)) == (pe == 'peg')
 
 
 def test_summary_mean_and_std():
@@ -61,3 +65,35 @@ def test_summary_mean_and_std():
     table = ablation.summarise(results)
     assert '| #6 sine + ctx piecewise | 0.200 ± 0.100 | 0.400 ± 0.100 | '\
         '11.000 ± 1.000 |' in table
+
+
+def test_identical_rows_run_once(tmp_path, monkeypatch):
+    """Tab. 1 'ctx product' is Tab. 6 #6's command: reused, not re-run."""
+    calls = []
+
+    def fake_run_one(study, name, config, options, seed, args):
+        calls.append((study, name, seed, args.epochs))
+        return dict(study=study, row=name, seed=seed, config=config,
+                    options=options, train_seconds=1.0,
+                    metrics={'coco/bbox_mAP': 0.1 + seed,
+                             'coco/bbox_mAP_50': 0.2})
+
+    monkeypatch.setattr(ablation, 'run_one', fake_run_one)
+    out = tmp_path / 'runs.json'
+    argv = ['--studies', 'irpe_tab6', 'irpe_tab1', '--rows', '#6',
+            'product', '--seeds', '0', '1', '--out', str(out),
+            '--work-dir', str(tmp_path)]
+    assert ablation.main(argv) == 0
+    assert calls == [('irpe_tab6', '#6 sine + ctx piecewise', 0, 8),
+                     ('irpe_tab6', '#6 sine + ctx piecewise', 1, 8)]
+    runs = json.loads(out.read_text())
+    reused = [r for r in runs if r['study'] == 'irpe_tab1']
+    assert [r['seed'] for r in reused] == [0, 1]
+    assert all(r['same_run_as'] == 'irpe_tab6: #6 sine + ctx piecewise'
+               for r in reused)
+    assert [r['metrics']['coco/bbox_mAP'] for r in reused] == [0.1, 1.1]
+    table = ablation.summarise(runs)
+    assert '| ctx product (= irpe_tab6: #6 sine + ctx piecewise) |' in table
+    # a second call finds everything done and runs nothing
+    assert ablation.main(argv) == 0
+    assert len(calls) == 2
