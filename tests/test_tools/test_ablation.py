@@ -64,7 +64,7 @@ def test_summary_mean_and_std():
     ]
     table = ablation.summarise(results)
     assert '| #6 sine + ctx piecewise | 0.200 ± 0.100 | 0.400 ± 0.100 | '\
-        '11.000 ± 1.000 |' in table
+        '11 ± 1 |' in table
 
 
 def test_identical_rows_run_once(tmp_path, monkeypatch):
@@ -97,3 +97,24 @@ def test_identical_rows_run_once(tmp_path, monkeypatch):
     # a second call finds everything done and runs nothing
     assert ablation.main(argv) == 0
     assert len(calls) == 2
+
+
+def test_cpvt_summary_has_ap_and_ap50_per_scale():
+    def scales(ap):
+        return [dict(scale=s, metrics={
+            'coco/bbox_mAP': ap / s, 'coco/bbox_mAP_50': 2 * ap / s,
+            'coco/segm_mAP': ap / (2 * s), 'coco/segm_mAP_50': ap / s})
+            for s in ablation.SCALES]
+
+    results = [
+        dict(study='cpvt_res', row='CPVT peg', seed=s, epochs=4,
+             train_seconds=100.0, metrics={}, scales=scales(ap))
+        for s, ap in [(0, 0.1), (1, 0.3)]
+    ]
+    table = ablation.summarise(results)
+    assert '### cpvt_res (seeds [0, 1], epochs [4]): bbox' in table
+    assert '### cpvt_res (seeds [0, 1], epochs [4]): segm' in table
+    # bbox: AP at x1, x1.5, x2, then AP50 at x1, x1.5, x2
+    assert ('| CPVT peg | 0.200 ± 0.141 | 0.133 ± 0.094 | 0.100 ± 0.071 | '
+            '0.400 ± 0.283 | 0.267 ± 0.189 | 0.200 ± 0.141 | 100 ± 0 |'
+            ) in table

@@ -151,17 +151,24 @@ def _same_run(results: List[dict], config: str, options: List[str],
     return None
 
 
-def _mean_std(values: List[float]) -> str:
+def _mean_std(values: List[float], fmt: str = '.3f') -> str:
+    """Mean ± sample standard deviation (n - 1), or the mean of one."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
-        return f'{mean:.3f}'
+        return f'{mean:{fmt}}'
     std = math.sqrt(sum((v - mean)**2 for v in values) / (n - 1))
-    return f'{mean:.3f} ± {std:.3f}'
+    return f'{mean:{fmt}} ± {std:{fmt}}'
+
+
+def _row_label(name: str, group: List[dict]) -> str:
+    same = {r['same_run_as'] for r in group if 'same_run_as' in r}
+    return name + ''.join(f' (= {s})' for s in sorted(same))
 
 
 def summarise(results: List[dict]) -> str:
-    """Markdown tables, one per study: mean ± std over seeds."""
+    """Markdown tables, one per study (cpvt_res: one per task, bbox and
+    segm, AP and AP50 at each test scale): mean ± sample std over seeds."""
     lines: List[str] = []
     for study in STUDIES:
         rows = [r for r in results if r['study'] == study]
@@ -170,36 +177,39 @@ def summarise(results: List[dict]) -> str:
         names = list(dict.fromkeys(r['row'] for r in rows))
         seeds = sorted({r['seed'] for r in rows})
         epochs = sorted({r.get('epochs') for r in rows}, key=str)
-        lines += [f'### {study} (seeds {seeds}, epochs {epochs})', '']
-        if study == 'cpvt_res':
-            head = ['row'] + [f'bbox AP x{s:g}' for s in SCALES] + \
-                [f'segm AP x{s:g}' for s in SCALES] + ['train s/run']
-        else:
-            head = ['row', 'AP', 'AP50', 'train s/run']
-        lines += ['| ' + ' | '.join(head) + ' |',
-                  '|' + '---|' * len(head)]
-        for name in names:
-            group = [r for r in rows if r['row'] == name]
-            secs = _mean_std([r['train_seconds'] for r in group])
-            if study == 'cpvt_res':
-                cells = []
-                for kind in ('bbox', 'segm'):
-                    for i, _ in enumerate(SCALES):
-                        cells.append(_mean_std([
-                            r['scales'][i]['metrics'].get(
-                                f'coco/{kind}_mAP', float('nan'))
-                            for r in group
-                        ]))
-            else:
+        title = f'### {study} (seeds {seeds}, epochs {epochs})'
+        groups = [(name, [r for r in rows if r['row'] == name])
+                  for name in names]
+        if study != 'cpvt_res':
+            lines += [title, '', '| row | AP | AP50 | train s/run |',
+                      '|---|---|---|---|']
+            for name, group in groups:
                 cells = [
-                    _mean_std([r['metrics']['coco/bbox_mAP'] for r in group]),
-                    _mean_std(
-                        [r['metrics']['coco/bbox_mAP_50'] for r in group])
+                    _mean_std([r['metrics'][f'coco/bbox_mAP{m}']
+                               for r in group]) for m in ('', '_50')
                 ]
-            same = {r['same_run_as'] for r in group if 'same_run_as' in r}
-            label = name + ''.join(f' (= {s})' for s in sorted(same))
-            lines.append('| ' + ' | '.join([label, *cells, secs]) + ' |')
-        lines.append('')
+                secs = _mean_std([r['train_seconds'] for r in group], '.0f')
+                lines.append('| ' + ' | '.join(
+                    [_row_label(name, group), *cells, secs]) + ' |')
+            lines.append('')
+            continue
+        for kind in ('bbox', 'segm'):
+            head = ['row'] + [f'{kind} AP{m} x{s:g}' for m in ('', '50')
+                              for s in SCALES] + ['train s/run']
+            lines += [f'{title}: {kind}', '', '| ' + ' | '.join(head) + ' |',
+                      '|' + '---|' * len(head)]
+            for name, group in groups:
+                cells = [
+                    _mean_std([
+                        r['scales'][i]['metrics'].get(
+                            f'coco/{kind}_mAP{m}', float('nan'))
+                        for r in group
+                    ]) for m in ('', '_50') for i, _ in enumerate(SCALES)
+                ]
+                secs = _mean_std([r['train_seconds'] for r in group], '.0f')
+                lines.append('| ' + ' | '.join(
+                    [_row_label(name, group), *cells, secs]) + ' |')
+            lines.append('')
     return '\n'.join(lines)
 
 
