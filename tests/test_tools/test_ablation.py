@@ -118,3 +118,59 @@ def test_cpvt_summary_has_ap_and_ap50_per_scale():
     assert ('| CPVT peg | 0.200 ± 0.141 | 0.133 ± 0.094 | 0.100 ± 0.071 | '
             '0.400 ± 0.283 | 0.267 ± 0.189 | 0.200 ± 0.141 | 100 ± 0 |'
             ) in table
+
+
+def _fake_result(study, name, config, options, seed, ap50=0.2):
+    return dict(study=study, row=name, seed=seed, config=config,
+                options=options, train_seconds=1.0,
+                metrics={'coco/bbox_mAP': 0.1, 'coco/bbox_mAP_50': ap50})
+
+
+def test_parallel_jobs_keep_every_run_and_report_failures(
+        tmp_path, monkeypatch, capsys):
+    """--jobs 2: runs overlap, each gets cores // jobs threads; a failing run
+    does not stop the others, is left out of the JSON and makes exit 1."""
+    import threading
+    import time
+    lock = threading.Lock()
+    state = dict(running=0, peak=0, threads=set())
+
+    def fake_run_one(study, name, config, options, seed, args):
+        with lock:
+            state['running'] += 1
+            state['peak'] = max(state['peak'], state['running'])
+            state['threads'].add(args.threads)
+        time.sleep(0.2)
+        with lock:
+            state['running'] -= 1
+        if name.startswith('#4') and seed == 1:
+            raise RuntimeError('train.py failed')
+        return _fake_result(study, name, config, options, seed)
+
+    monkeypatch.setattr(ablation, 'run_one', fake_run_one)
+    monkeypatch.setattr(ablation.os, 'cpu_count', lambda: 4)
+    out = tmp_path / 'runs.json'
+    argv = ['--studies', 'irpe_tab6', '--rows', '#3', '#4', '--seeds', '0',
+            '1', '--jobs', '2', '--out', str(out), '--work-dir',
+            str(tmp_path)]
+    assert ablation.main(argv) == 1
+    assert state['peak'] == 2 and state['threads'] == {2}
+    runs = json.loads(out.read_text())
+    assert sorted((r['row'][:2], r['seed']) for r in runs) == [
+        ('#3', 0), ('#3', 1), ('#4', 0)]
+    assert '#4 ctx, no abs PE | seed 1: train.py failed' in \
+        capsys.readouterr().err
+    # the failed run is the only one tried again
+    monkeypatch.setattr(
+        ablation, 'run_one',
+        lambda *a: _fake_result(*a[:5]) if a[1].startswith('#4') and a[4] == 1
+        else pytest.fail(f'{a[1]} seed {a[4]} re-run'))
+    assert ablation.main(argv) == 0
+    assert len(json.loads(out.read_text())) == 4
+
+
+@pytest.mark.parametrize('argv', [['--jobs', '0'], ['--threads', '0']])
+def test_bad_jobs_or_threads_are_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        ablation.parse_args(argv)
+    assert argv[0] in capsys.readouterr().err

@@ -18,7 +18,8 @@ the run's ``scalars.json``. The table (mean +- sample std over seeds, wall
 time) goes to stdout, to ``--out`` (JSON) and, with ``--markdown``, to a
 Markdown file::
 
-    python tools/experiments/ablation.py --markdown docs/ablation.md  # all
+    # all three studies, two runs at a time on a 2-core machine (~2.5 h)
+    python tools/experiments/ablation.py --jobs 2 --markdown docs/ablation.md
     python tools/experiments/ablation.py --studies irpe_tab6 --seeds 0 1 2
     python tools/experiments/ablation.py --quick      # small, for a first look
 
@@ -37,6 +38,7 @@ import os.path as osp
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Dict, List, Optional, Sequence
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
@@ -73,12 +75,17 @@ SCALES = (1.0, 1.5, 2.0)
 DEFAULT_EPOCHS = {'irpe_tab6': 8, 'irpe_tab1': 8, 'cpvt_res': 4}
 
 
-def _run(cmd: Sequence[str], log_file: str) -> float:
+def _run(cmd: Sequence[str], log_file: str,
+         threads: Optional[int] = None) -> float:
+    env = dict(os.environ)
+    if threads:  # parallel runs must not oversubscribe the cores
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     start = time.time()
     with open(log_file, 'w') as log:
         proc = subprocess.run(
             [sys.executable, *cmd],
             cwd=ROOT,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT)
     if proc.returncode != 0:
@@ -126,7 +133,8 @@ def run_one(study: str, name: str, config: str, options: List[str],
     resume = ['--resume'] if glob.glob(osp.join(work_dir, '*.pth')) else []
     result['train_seconds'] = _run(
         ['tools/train.py', config, '--work-dir', work_dir, *resume,
-         '--cfg-options', *opts], osp.join(work_dir, 'train.log'))
+         '--cfg-options', *opts], osp.join(work_dir, 'train.log'),
+        getattr(args, 'threads', None))
     result['metrics'] = _last_val_metrics(work_dir)
     if study == 'cpvt_res':
         ckpt = osp.join(work_dir, f'epoch_{args.epochs}.pth')
@@ -134,7 +142,8 @@ def run_one(study: str, name: str, config: str, options: List[str],
             'tools/analysis/eval_resolutions.py', config, ckpt, '--scales',
             *[str(s) for s in SCALES], '--work-dir',
             osp.join(work_dir, 'res'), '--cfg-options', *opts
-        ], osp.join(work_dir, 'eval_resolutions.log'))
+        ], osp.join(work_dir, 'eval_resolutions.log'),
+             getattr(args, 'threads', None))
         with open(osp.join(work_dir, 'res', 'eval_resolutions.json')) as f:
             result['scales'] = json.load(f)['results']
     return result
@@ -226,12 +235,56 @@ def parse_args(argv: Optional[Sequence[str]] = None):
         help='3 epochs per run: a first look, not the study')
     parser.add_argument('--rows', nargs='+', help='only rows whose name '
                         'contains one of these strings')
+    parser.add_argument(
+        '--jobs', type=int, default=1,
+        help='runs trained at the same time (each its own process)')
+    parser.add_argument(
+        '--threads', type=int, default=None,
+        help='OMP/MKL threads per run (default: CPU cores // --jobs)')
     parser.add_argument('--data-root', help='data set (default: config\'s)')
     parser.add_argument('--work-dir', default='work_dirs/ablation')
     parser.add_argument('--out', default=None, help='JSON of all runs')
     parser.add_argument('--markdown', default=None,
                         help='write the tables to this Markdown file')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f'--jobs must be >= 1, got {args.jobs}')
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads must be >= 1, got {args.threads}')
+    return args
+
+
+def _save(results: List[dict], out: str) -> None:
+    """Write the JSON atomically: an interrupted study keeps its runs."""
+    tmp = out + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump(results, f, indent=1)
+    os.replace(tmp, out)
+
+
+def _plan(args, results: List[dict]):
+    """Split the requested (study, row, seed) into runs to train and rows
+    whose command equals another one's (reported twice, trained once)."""
+    done = {(r['study'], r['row'], r['seed']) for r in results}
+    commands = {(r['config'], tuple(r['options']), r['seed'], r.get('epochs'))
+                for r in results if 'same_run_as' not in r}
+    runs, copies = [], []
+    for study in args.studies:
+        epochs = args.epochs or (3 if args.quick else DEFAULT_EPOCHS[study])
+        for name, config, options in STUDIES[study]:
+            if args.rows and not any(s in name for s in args.rows):
+                continue
+            for seed in args.seeds:
+                if (study, name, seed) in done:
+                    continue
+                item = (study, name, config, options, seed, epochs)
+                key = (config, tuple(options), seed, epochs)
+                if key in commands:
+                    copies.append(item)
+                else:
+                    commands.add(key)
+                    runs.append(item)
+    return runs, copies
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -242,41 +295,57 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if osp.isfile(out):  # keep finished runs: a study can be continued
         with open(out) as f:
             results = json.load(f)
-    done = {(r['study'], r['row'], r['seed']) for r in results}
-    for study in args.studies:
-        epochs = args.epochs or (3 if args.quick else DEFAULT_EPOCHS[study])
-        for name, config, options in STUDIES[study]:
-            if args.rows and not any(s in name for s in args.rows):
-                continue
-            for seed in args.seeds:
-                if (study, name, seed) in done:
-                    continue
-                same = _same_run(results, config, options, seed, epochs)
-                if same is not None:  # e.g. Tab. 1 product == Tab. 6 #6
-                    same_as = f'{same["study"]}: {same["row"]}'
-                    print(f'[ablation] {study} | {name} | seed {seed}: same '
-                          f'run as {same_as}', flush=True)
-                    results.append(dict(same, study=study, row=name,
-                                        same_run_as=same_as))
-                    done.add((study, name, seed))
-                    with open(out, 'w') as f:
-                        json.dump(results, f, indent=1)
-                    continue
-                run_args = argparse.Namespace(**vars(args))
-                run_args.epochs = epochs
-                print(f'[ablation] {study} | {name} | seed {seed} | '
-                      f'{epochs} epochs', flush=True)
-                result = run_one(study, name, config, options, seed,
+    runs, copies = _plan(args, results)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    print(f'[ablation] {len(runs)} runs to train, {args.jobs} at a time, '
+          f'{threads} thread(s) each; {len(results)} already in {out}',
+          flush=True)
+    failed = []
+    # Each run is its own tools/train.py process; the pool only schedules
+    # them (independent experiments, not a distributed job).
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {}
+        for study, name, config, options, seed, epochs in runs:
+            run_args = argparse.Namespace(**vars(args))
+            run_args.epochs = epochs
+            run_args.threads = threads
+            print(f'[ablation] start {study} | {name} | seed {seed} | '
+                  f'{epochs} epochs', flush=True)
+            future = pool.submit(run_one, study, name, config, options, seed,
                                  run_args)
-                result['epochs'] = epochs
-                results.append(result)
-                with open(out, 'w') as f:
-                    json.dump(results, f, indent=1)
+            futures[future] = (study, name, seed, epochs)
+        for future in as_completed(futures):
+            study, name, seed, epochs = futures[future]
+            try:
+                result = future.result()
+            except Exception as e:  # keep the others going; report at the end
+                failed.append(f'{study} | {name} | seed {seed}: {e}')
+                print(f'[ablation] FAILED {failed[-1]}', flush=True)
+                continue
+            result['epochs'] = epochs
+            results.append(result)
+            _save(results, out)
+            print(f'[ablation] done {study} | {name} | seed {seed}: '
+                  f'AP50 {result["metrics"].get("coco/bbox_mAP_50")} in '
+                  f'{result["train_seconds"]:.0f} s', flush=True)
+    for study, name, config, options, seed, epochs in copies:
+        same = _same_run(results, config, options, seed, epochs)
+        if same is None:  # the run it repeats failed
+            continue
+        same_as = f'{same["study"]}: {same["row"]}'
+        print(f'[ablation] {study} | {name} | seed {seed}: same run as '
+              f'{same_as}', flush=True)
+        results.append(dict(same, study=study, row=name, same_run_as=same_as))
+        _save(results, out)
     table = summarise(results)
     print(table)
     if args.markdown:
         with open(args.markdown, 'w') as f:
             f.write(table)
+    if failed:
+        print('[ablation] failed runs (logs in their work dirs):\n  ' +
+              '\n  '.join(failed), file=sys.stderr)
+        return 1
     return 0
 
 
