@@ -6,3 +6,4 @@ from .backbones import *  # noqa: F401,F403
 from .detectors import *  # noqa: F401,F403
 from .layers import *  # noqa: F401,F403
 from .necks import *  # noqa: F401,F403
+from .utils import *  # noqa: F401,F403

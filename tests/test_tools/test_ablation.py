@@ -49,8 +49,10 @@ def test_row_builds_what_it_says(study, name, config, options):
         method = name.split()[-1]
         assert rpes and all(r.method == method for r in rpes)
     else:
-        pe = name.split()[-1]
+        pe = name.split()[1]
         assert model.backbone.pos_encoding == pe
+        hooks = [h['type'] for h in cfg.get('custom_hooks', [])]
+        assert ('BackbonePaddingMaskHook' in hooks) == ('padding mask' in name)
         # only the 'peg' row has PEGs; 'none' is the control with no PE
         assert bool(len(model.backbone.pegs)) == (pe == 'peg')
 

@@ -10,7 +10,8 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
   product) methods, contextual on keys, with the sine encoding;
 - ``cpvt_res``: CPVT's resolution generalisation: the tiny CPVT Mask R-CNN
   with 'peg' / 'learnable' / 'sine' / 'rope2d' (and 'none' as the control),
-  trained at one size and evaluated at 1x, 1.5x and 2x without fine-tuning.
+  trained at one size and evaluated at 1x, 1.5x and 2x without fine-tuning;
+  plus 'peg' with the batch padding masked in the backbone.
 
 Every run is ``tools/train.py`` (and ``tools/analysis/eval_resolutions.py``
 for ``cpvt_res``) in a subprocess; the final validation metrics are read from
@@ -45,6 +46,7 @@ ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 DETR = 'configs/quickstart/detr_r18_synthetic.py'
 DETR_IRPE = 'configs/quickstart/detr_irpe_r18_synthetic.py'
 CPVT = 'configs/quickstart/mask-rcnn_cpvt-tiny_synthetic.py'
+CPVT_PADMASK = 'configs/quickstart/mask-rcnn_cpvt-tiny_padmask_synthetic.py'
 RPE = 'model.encoder.layer_cfg.self_attn_cfg.rpe_cfg'
 
 #: study -> list of (row name, config, extra --cfg-options)
@@ -67,7 +69,11 @@ STUDIES: Dict[str, List[tuple]] = {
         for m in ('euclidean', 'quant', 'cross', 'product')
     ],
     'cpvt_res': [(f'CPVT {pe}', CPVT, [f'model.backbone.pos_encoding={pe}'])
-                 for pe in ('peg', 'learnable', 'sine', 'rope2d', 'none')],
+                 for pe in ('peg', 'learnable', 'sine', 'rope2d', 'none')] + [
+        # the same 'peg' model when the backbone is told the batch padding
+        ('CPVT peg + padding mask', CPVT_PADMASK,
+         ['model.backbone.pos_encoding=peg'])
+    ],
 }
 SCALES = (1.0, 1.5, 2.0)
 #: epochs per run of each study, as reported in docs/results.md (what 2 CPU
