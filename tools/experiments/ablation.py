@@ -293,6 +293,12 @@ def _plan(args, results: List[dict]):
     return runs, copies
 
 
+def _start(study, name, config, options, seed, args) -> dict:
+    print(f'[ablation] start {study} | {name} | seed {seed} | '
+          f'{args.epochs} epochs', flush=True)
+    return run_one(study, name, config, options, seed, args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     out = args.out or osp.join(args.work_dir, 'ablation.json')
@@ -315,9 +321,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             run_args = argparse.Namespace(**vars(args))
             run_args.epochs = epochs
             run_args.threads = threads
-            print(f'[ablation] start {study} | {name} | seed {seed} | '
-                  f'{epochs} epochs', flush=True)
-            future = pool.submit(run_one, study, name, config, options, seed,
+            future = pool.submit(_start, study, name, config, options, seed,
                                  run_args)
             futures[future] = (study, name, seed, epochs)
         for future in as_completed(futures):
