@@ -176,3 +176,16 @@ def test_bad_jobs_or_threads_are_refused(argv, capsys):
     with pytest.raises(SystemExit):
         ablation.parse_args(argv)
     assert argv[0] in capsys.readouterr().err
+
+
+def test_summary_rows_in_study_order():
+    rows = ['#5 sine + ctx clip', '#2 no PE', '#1 sine (DETR)']
+    results = [
+        dict(study='irpe_tab6', row=row, seed=0, train_seconds=1.0,
+             metrics={'coco/bbox_mAP': 0.1, 'coco/bbox_mAP_50': 0.2})
+        for row in rows
+    ]
+    table = ablation.summarise(results)
+    assert [table.index(f'| {r} |') for r in
+            ['#2 no PE', '#1 sine (DETR)', '#5 sine + ctx clip']] == sorted(
+                table.index(f'| {r} |') for r in rows)

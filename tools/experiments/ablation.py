@@ -189,7 +189,11 @@ def summarise(results: List[dict]) -> str:
         rows = [r for r in results if r['study'] == study]
         if not rows:
             continue
-        names = list(dict.fromkeys(r['row'] for r in rows))
+        # the study's own row order (the paper's), then any unknown rows
+        order = [name for name, _, _ in STUDIES[study]]
+        names = sorted(dict.fromkeys(r['row'] for r in rows),
+                       key=lambda n: order.index(n) if n in order else len(
+                           order))
         seeds = sorted({r['seed'] for r in rows})
         epochs = sorted({r.get('epochs') for r in rows}, key=str)
         title = f'### {study} (seeds {seeds}, epochs {epochs})'
