@@ -84,7 +84,6 @@ def test_coco_configs_point_to_converter_output(name):
         'checkpoints/cpvt-s_deit-in1k.pth'
     assert cfg.model.neck.in_channels == 384
     assert cfg.train_dataloader.dataset.data_root == 'data/coco/'
-    assert dict(type='BackbonePaddingMaskHook') in cfg.custom_hooks
     with open(osp.join(REPO, name)) as f:
         assert 'timm_vit_to_cpvt.py' in f.read()
 

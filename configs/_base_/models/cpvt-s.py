@@ -3,9 +3,9 @@
 # converted DeiT-Small checkpoint, and the AdamW recipe ViT backbones train
 # with. The detection configs use them as `{{_base_.cpvt_s_backbone}}` and
 # `{{_base_.vit_optim_wrapper}}`; both replace (`_delete_`) what the mmdet
-# base configs define. BackbonePaddingMaskHook tells the backbone where each
-# batch is padded, so padded tokens are not attended to and the PEG's zero
-# padding starts at every image's own border, as in ImageNet pre-training.
+# base configs define. To let the backbone know where each batch is padded,
+# add custom_hooks = [dict(type='BackbonePaddingMaskHook')] (opt-in: see
+# docs/results.md for what it did in the proxy study).
 #
 # ImageNet initialisation: convert DeiT-Small weights once with
 #   wget https://dl.fbaipublicfiles.com/deit/deit_small_patch16_224-cd65a155.pth
@@ -37,5 +37,3 @@ vit_optim_wrapper = dict(
             'cls_token': dict(decay_mult=0.)
         }),
     clip_grad=dict(max_norm=1., norm_type=2))
-
-custom_hooks = [dict(type='BackbonePaddingMaskHook')]
