@@ -12,6 +12,7 @@ from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
 install()
 
 __all__ = [
-    'AutocastOptimWrapper', 'BackbonePaddingMaskHook', 'RNGStateHook', 'UNSAFE_LOAD_ENV', 'UnsafeCheckpointError', 'install',
+    'AutocastOptimWrapper', 'BackbonePaddingMaskHook', 'RNGStateHook',
+    'UNSAFE_LOAD_ENV', 'UnsafeCheckpointError', 'install',
     'load_from_local_safe', 'rebuild_history_buffer'
 ]

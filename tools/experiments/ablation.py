@@ -136,11 +136,11 @@ def run_one(study: str, name: str, config: str, options: List[str],
         ]
     result = dict(study=study, row=name, seed=seed, config=config,
                   options=options)
+    threads = getattr(args, 'threads', None)
     resume = ['--resume'] if glob.glob(osp.join(work_dir, '*.pth')) else []
     result['train_seconds'] = _run(
         ['tools/train.py', config, '--work-dir', work_dir, *resume,
-         '--cfg-options', *opts], osp.join(work_dir, 'train.log'),
-        getattr(args, 'threads', None))
+         '--cfg-options', *opts], osp.join(work_dir, 'train.log'), threads)
     result['metrics'] = _last_val_metrics(work_dir)
     if study == 'cpvt_res':
         ckpt = osp.join(work_dir, f'epoch_{args.epochs}.pth')
@@ -148,22 +148,24 @@ def run_one(study: str, name: str, config: str, options: List[str],
             'tools/analysis/eval_resolutions.py', config, ckpt, '--scales',
             *[str(s) for s in SCALES], '--work-dir',
             osp.join(work_dir, 'res'), '--cfg-options', *opts
-        ], osp.join(work_dir, 'eval_resolutions.log'),
-             getattr(args, 'threads', None))
+        ], osp.join(work_dir, 'eval_resolutions.log'), threads)
         with open(osp.join(work_dir, 'res', 'eval_resolutions.json')) as f:
             result['scales'] = json.load(f)['results']
     return result
 
 
-def _same_run(results: List[dict], config: str, options: List[str],
-              seed: int, epochs: int) -> Optional[dict]:
-    """A finished run of another row with the very same command, if any."""
-    for r in results:
-        if (r['config'] == config and list(r['options']) == list(options)
-                and r['seed'] == seed and r.get('epochs') == epochs
-                and 'same_run_as' not in r):
-            return r
-    return None
+def _command(config: str, options: Sequence[str], seed: int,
+             epochs: Optional[int]) -> tuple:
+    """What makes two runs the same run, whatever row they report."""
+    return (config, tuple(options), seed, epochs)
+
+
+def _trained(results: List[dict]) -> Dict[tuple, dict]:
+    """Finished runs (not copies) by their command."""
+    return {
+        _command(r['config'], r['options'], r['seed'], r.get('epochs')): r
+        for r in results if 'same_run_as' not in r
+    }
 
 
 def _mean_std(values: List[float], fmt: str = '.3f') -> str:
@@ -276,8 +278,7 @@ def _plan(args, results: List[dict]):
     """Split the requested (study, row, seed) into runs to train and rows
     whose command equals another one's (reported twice, trained once)."""
     done = {(r['study'], r['row'], r['seed']) for r in results}
-    commands = {(r['config'], tuple(r['options']), r['seed'], r.get('epochs'))
-                for r in results if 'same_run_as' not in r}
+    commands = set(_trained(results))
     runs, copies = [], []
     for study in args.studies:
         epochs = args.epochs or (3 if args.quick else DEFAULT_EPOCHS[study])
@@ -288,7 +289,7 @@ def _plan(args, results: List[dict]):
                 if (study, name, seed) in done:
                     continue
                 item = (study, name, config, options, seed, epochs)
-                key = (config, tuple(options), seed, epochs)
+                key = _command(config, options, seed, epochs)
                 if key in commands:
                     copies.append(item)
                 else:
@@ -342,8 +343,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f'[ablation] done {study} | {name} | seed {seed}: '
                   f'AP50 {result["metrics"].get("coco/bbox_mAP_50")} in '
                   f'{result["train_seconds"]:.0f} s', flush=True)
+    trained = _trained(results)
     for study, name, config, options, seed, epochs in copies:
-        same = _same_run(results, config, options, seed, epochs)
+        same = trained.get(_command(config, options, seed, epochs))
         if same is None:  # the run it repeats failed
             continue
         same_as = f'{same["study"]}: {same["row"]}'
