@@ -19,7 +19,7 @@ from mmdet.structures import DetDataSample
 from mmengine.config import Config
 
 import mmpe  # noqa: F401
-from mmpe.models.layers.irpe_attention import iRPEMultiheadAttention
+from mmpe.models.layers import iRPEMultiheadAttention
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 FIXTURES = osp.join(ROOT, '..', 'shared', 'fixtures', 'irpe_authors')
