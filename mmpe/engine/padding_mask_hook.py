@@ -1,32 +1,33 @@
-"""Runner hook: the backbone of a padded batch learns where the padding is.
+"""Removed: ``BackbonePaddingMaskHook``, kept only to say what replaces it.
 
-See :func:`mmpe.models.utils.attach_padding_mask`. Add to a config::
-
-    custom_hooks = [dict(type='BackbonePaddingMaskHook')]
+It parked each batch's valid shapes on the backbone for its next forward,
+which broke with model replicas and with a second backbone call in one
+forward. The padding mask now goes through the call: a ``PaddingAware*``
+detector (:mod:`mmpe.models.detectors.padding_aware`) passes it to the
+backbone in every ``extract_feat``.
 """
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
+
+#: mmdet detector type -> its padding-aware replacement in mmpe
+REPLACEMENTS = {
+    'MaskRCNN': 'PaddingAwareMaskRCNN',
+    'RetinaNet': 'PaddingAwareRetinaNet',
+    'DETR': 'PaddingAwareDETR',
+}
 
 
 @HOOKS.register_module()
 class BackbonePaddingMaskHook(Hook):
-    """Attach :func:`attach_padding_mask` to the runner's detector once, so
-    its mask-aware backbone (CPVT) sees each batch's padding in training,
-    validation and testing."""
+    """Raises: the hook was removed (see the module docstring)."""
 
-    priority = 'NORMAL'
-
-    def before_run(self, runner) -> None:
-        # imported here: mmpe.engine loads before mmpe.models
-        from mmpe.models.utils import attach_padding_mask
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
-        self._handle = attach_padding_mask(model)
-
-    def after_run(self, runner) -> None:
-        handle = getattr(self, '_handle', None)
-        if handle is not None:
-            handle.remove()
-            self._handle = None
+    def __init__(self, *args, **kwargs) -> None:
+        choices = ', '.join(f"'{k}' -> '{v}'"
+                            for k, v in REPLACEMENTS.items())
+        raise ValueError(
+            "custom_hooks entry 'BackbonePaddingMaskHook' was removed: drop "
+            'it and set model.type to the padding-aware detector instead '
+            f'({choices}; any other: class X(PaddingAwareMixin, '
+            'YourDetector)), e.g. '
+            'configs/quickstart/mask-rcnn_cpvt-tiny_padmask_synthetic.py')

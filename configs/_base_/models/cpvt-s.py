@@ -4,8 +4,9 @@
 # with. The detection configs use them as `{{_base_.cpvt_s_backbone}}` and
 # `{{_base_.vit_optim_wrapper}}`; both replace (`_delete_`) what the mmdet
 # base configs define. To let the backbone know where each batch is padded,
-# add custom_hooks = [dict(type='BackbonePaddingMaskHook')] (opt-in: see
-# docs/results.md for what it did in the proxy study).
+# set model.type to 'PaddingAwareMaskRCNN' / 'PaddingAwareRetinaNet' /
+# 'PaddingAwareDETR' (opt-in: see docs/results.md for what it did in the
+# proxy study).
 #
 # ImageNet initialisation: convert DeiT-Small weights once with
 #   wget https://dl.fbaipublicfiles.com/deit/deit_small_patch16_224-cd65a155.pth

@@ -244,10 +244,10 @@ class CPVT(BaseModule):
 
     **Padded batches.** MMDetection detectors call ``backbone(images)``
     without masks, so by default the batch padding is image content there
-    (as for CNN backbones). A pixel mask -- ``forward(x, padding_mask)``, or
-    the valid ``(h, w)`` of each image given beforehand with
-    :meth:`set_valid_shapes`, which ``BackbonePaddingMaskHook`` does for any
-    detector -- makes padded tokens invisible instead: they are never attended to, PEG
+    (as for CNN backbones). A pixel mask -- ``forward(x, padding_mask)``,
+    which the ``PaddingAware*`` detectors pass from their data samples
+    (:mod:`mmpe.models.detectors.padding_aware`) -- makes padded tokens
+    invisible instead: they are never attended to, PEG
     zeroes them before its convolution (so its zero-padding cue is each
     image's own border) and their outputs are zero; every image then gets
     exactly its single-image features on its valid region (except with
@@ -345,8 +345,6 @@ class CPVT(BaseModule):
                  frozen_stages: int = -1,
                  init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        # valid (h, w) per image of the next batch, see set_valid_shapes
-        self._valid_shapes: Optional[List[Tuple[int, int]]] = None
         self.arch_settings = self._parse_arch(arch)
         embed_dims = self.arch_settings['embed_dims']
         depth = self.arch_settings['depth']
@@ -588,19 +586,6 @@ class CPVT(BaseModule):
         self._freeze_stages()
         return self
 
-    def set_valid_shapes(
-            self, shapes: Optional[Sequence[Tuple[int, int]]]) -> None:
-        """Valid ``(h, w)`` of each image of the next batch (top-left of
-        the padded input), for callers that cannot pass ``padding_mask``.
-
-        Used by the next :meth:`forward` called without ``padding_mask``
-        and then forgotten; ``None`` clears it. See
-        :func:`mmpe.models.utils.attach_padding_mask`.
-        """
-        self._valid_shapes = None if shapes is None else [
-            (int(s[0]), int(s[1])) for s in shapes
-        ]
-
     # ------------------------------------------------------------------ #
     def forward(self,
                 x: Tensor,
@@ -617,12 +602,6 @@ class CPVT(BaseModule):
             map per entry of ``out_indices``, in block order.
         """
         b, _, H, W = x.shape
-        shapes, self._valid_shapes = self._valid_shapes, None
-        if padding_mask is None and shapes is not None:
-            if len(shapes) != b:
-                raise ValueError(f'set_valid_shapes got {len(shapes)} shapes '
-                                 f'for a batch of {b} images')
-            padding_mask = padding_mask_from_shapes(shapes, (H, W), x.device)
         p = self.patch_size
         # bottom/right zero padding keeps token coordinates of every pixel
         x = F.pad(x, (0, (-W) % p, 0, (-H) % p))

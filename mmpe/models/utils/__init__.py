@@ -1,3 +1,3 @@
-from .padding_mask import attach_padding_mask, padding_mask_from_shapes
+from .padding_mask import padding_mask_from_samples, padding_mask_from_shapes
 
-__all__ = ['attach_padding_mask', 'padding_mask_from_shapes']
+__all__ = ['padding_mask_from_samples', 'padding_mask_from_shapes']

@@ -1,20 +1,16 @@
-"""Hand a padded batch's padding mask to a mask-aware backbone.
+"""The pixel padding mask of a padded detection batch.
 
 MMDetection's data preprocessor pads the images of a batch bottom/right to
-one size, and every detector calls ``self.backbone(batch_inputs)`` without
-saying where the padding is. A CNN backbone cannot use that information
-anyway, but a ViT can: CPVT keeps padded tokens out of attention and zeroes
-them before the PEG, so each image's zero-padding cue is its own border
-(Chu et al. 2021, Sec. 3.2). :func:`attach_padding_mask` closes the gap
-without changing any detector: a forward pre-hook on the detector reads
-each data sample's ``img_shape`` (the valid region) and gives the shapes to
-the backbone, which turns them into a mask on its next forward.
+one size ``batch_input_shape``; each data sample's ``img_shape`` is the
+valid region of its image, at the top-left. A mask-aware backbone (CPVT)
+uses the mask to keep padded tokens out of attention and to start the PEG's
+zero padding at each image's own border (Chu et al. 2021, Sec. 3.2).
+:class:`mmpe.models.detectors.PaddingAwareMixin` passes it to the backbone.
 """
 from typing import Optional, Sequence, Tuple
 
 import torch
-from torch import Tensor, nn
-from torch.utils.hooks import RemovableHandle
+from torch import Tensor
 
 
 def padding_mask_from_shapes(shapes: Sequence[Tuple[int, int]],
@@ -34,30 +30,32 @@ def padding_mask_from_shapes(shapes: Sequence[Tuple[int, int]],
     return mask
 
 
-def attach_padding_mask(detector: nn.Module) -> RemovableHandle:
-    """Make ``detector`` tell its backbone where each batch is padded.
+def padding_mask_from_samples(batch_data_samples: Sequence,
+                              batch_inputs: Tensor) -> Tensor:
+    """``(B, H, W)`` bool mask, True on padding, of ``batch_inputs``
+    ``(B, C, H, W)`` as its data samples describe it.
 
-    The backbone must have ``set_valid_shapes(shapes)`` (mmpe's ``CPVT``).
-    Every call ``detector(inputs, data_samples, mode)`` -- training,
-    validation and testing through MMEngine, or by hand -- first hands the
-    samples' ``img_shape`` to the backbone; calls without data samples hand
-    ``None`` (no mask).
-
-    Returns:
-        RemovableHandle: ``handle.remove()`` detaches it again.
+    Each sample must carry ``img_shape`` (its valid ``(h, w)``); a sample
+    that also carries ``batch_input_shape`` must describe an input of
+    ``batch_inputs``' size, so that a mask is never laid over a different
+    tensor (a resized or cropped view of the batch).
     """
-    backbone = getattr(detector, 'backbone', None)
-    if not callable(getattr(backbone, 'set_valid_shapes', None)):
-        raise TypeError(
-            f'{type(detector).__name__}.backbone is '
-            f'{type(backbone).__name__}, which takes no padding mask; '
-            'mask-aware backbones: CPVT')
-
-    def pre_hook(module, args, kwargs):
-        samples = kwargs.get('data_samples', args[1] if len(args) > 1 else None)
-        shapes = None
-        if samples and all('img_shape' in s.metainfo for s in samples):
-            shapes = [s.img_shape for s in samples]
-        backbone.set_valid_shapes(shapes)
-
-    return detector.register_forward_pre_hook(pre_hook, with_kwargs=True)
+    B, H, W = batch_inputs.shape[0], *batch_inputs.shape[-2:]
+    if len(batch_data_samples) != B:
+        raise ValueError(f'{len(batch_data_samples)} data samples for a '
+                         f'batch of {B} images; pass one sample per image')
+    shapes = []
+    for i, sample in enumerate(batch_data_samples):
+        meta = sample.metainfo
+        if 'img_shape' not in meta:
+            raise ValueError(
+                f'data sample {i} has no `img_shape` (metainfo keys: '
+                f'{sorted(meta)}); the padding mask needs each valid shape')
+        batch_shape = meta.get('batch_input_shape', (H, W))
+        if tuple(batch_shape) != (H, W):
+            raise ValueError(
+                f'data sample {i} describes a batch of {tuple(batch_shape)} '
+                f'but the input is {(H, W)}: the samples do not belong to '
+                'these inputs (pass matching samples, or None for no mask)')
+        shapes.append(meta['img_shape'][:2])
+    return padding_mask_from_shapes(shapes, (H, W), batch_inputs.device)
