@@ -67,6 +67,9 @@ fi
 "${PIP[@]}" -q -r "$ROOT/requirements/runtime.txt"
 if [ "$EXTRA" = "tests" ]; then
     "${PIP[@]}" -q -r "$ROOT/requirements/tests.txt"
+    # --no-deps: timm declares torchvision, which does not load beside the CPU
+    # torch (see requirements/tests-nodeps.txt); tests give it a stand-in.
+    "${PIP[@]}" -q --no-deps -r "$ROOT/requirements/tests-nodeps.txt"
 fi
 # The plugin itself, editable, without touching the pinned stack.
 "${PIP[@]}" -q --no-deps --no-build-isolation -e "$ROOT"
@@ -80,6 +83,13 @@ nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
 print(f'[setup] torch {torch.__version__}, mmengine {mmengine.__version__}, '
       f'mmcv {mmcv.__version__} (ops ok), mmdet {mmdet.__version__}')
 PY
+if [ "$EXTRA" = "tests" ]; then
+    (cd "$ROOT/tests" && "$VENV/bin/python" -c "
+from timm_stub import import_timm
+timm = import_timm()
+timm.create_model('deit_tiny_patch16_224', pretrained=False)
+print(f'[setup] timm {timm.__version__} (tests, torchvision stand-in)')")
+fi
 rm -f "$VENV"/.mmpe-setup-"${EXTRA:-runtime}"-*
 touch "$STAMP"
 echo "[setup] done in $(( $(date +%s) - start )) s"

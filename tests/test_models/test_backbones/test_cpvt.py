@@ -10,11 +10,31 @@ import pytest
 import torch
 
 from mmpe.models.backbones import CPVT
-from mmpe.models.backbones.cpvt import timm_vit_to_cpvt
 from mmpe.models.layers import resample_pos_embed
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(
     __file__)))))
+
+
+def _import_timm_mapping():
+    """``timm_vit_to_cpvt`` from wherever it lives (it is moving out of the
+    backbone module, to mmpe/models/utils or the converter script)."""
+    for module in ('mmpe.models.utils', 'mmpe.models.backbones.cpvt'):
+        try:
+            return getattr(importlib.import_module(module),
+                           'timm_vit_to_cpvt')
+        except (ImportError, AttributeError):
+            pass
+    spec = importlib.util.spec_from_file_location(
+        '_timm_vit_to_cpvt_tool',
+        osp.join(REPO, 'tools/model_converters/timm_vit_to_cpvt.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool.timm_vit_to_cpvt
+
+
+timm_vit_to_cpvt = _import_timm_mapping()
+
 HAS_IRPE = importlib.util.find_spec('mmpe.models.layers.irpe') is not None
 POS_ENCODINGS = ['peg', 'none', 'learnable', 'sine', 'rope2d'] + (
     ['irpe'] if HAS_IRPE else [])
@@ -322,23 +342,26 @@ def test_timm_layout_mapping_matches_reference_deit(size):
             torch.testing.assert_close(out, ref, atol=_F64_ATOL, rtol=0)
 
 
-def _timm_deit():
-    try:
-        import timm
-    except Exception as e:  # ImportError, or a torchvision built for
-        # another torch (RuntimeError at import)
-        pytest.skip(f'timm unavailable: {e!r}')
+def _timm_deit(timm, name='deit_tiny_patch16_224'):
+    """A real timm DeiT-Tiny with random weights (no download). ``timm`` is
+    the conftest fixture: the real package, imported beside a torchvision
+    stand-in because torchvision's compiled ops do not load beside this CPU
+    torch, and timm uses torchvision only for data transforms (see
+    tests/timm_stub.py)."""
     torch.manual_seed(0)
-    model = timm.create_model('deit_tiny_patch16_224', pretrained=False)
+    model = timm.create_model(name, pretrained=False)
     with torch.no_grad():  # timm zero-inits some tables; make all random
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.02)
     return model.eval()
 
 
-def test_timm_mapping_identical_outputs_learnable():
-    """timm DeiT-Tiny == CPVT('tiny', learnable, class token) per block."""
-    deit = _timm_deit()
+@pytest.mark.parametrize('name',
+                         ['deit_tiny_patch16_224', 'vit_tiny_patch16_224'])
+def test_timm_mapping_identical_outputs_learnable(timm, name):
+    """timm DeiT-Tiny / ViT-Tiny == CPVT('tiny', learnable, class token)
+    per block."""
+    deit = _timm_deit(timm, name)
     state = timm_vit_to_cpvt(deit.state_dict(), 'learnable', True)
     model = CPVT(
         arch='tiny',
@@ -365,8 +388,8 @@ def test_timm_mapping_identical_outputs_learnable():
         rtol=_F32_ATOL)
 
 
-def test_timm_mapping_peg_drops_table_and_blocks_match():
-    deit = _timm_deit()
+def test_timm_mapping_peg_drops_table_and_blocks_match(timm):
+    deit = _timm_deit(timm)
     state = timm_vit_to_cpvt(deit.state_dict())  # 'peg', no class token
     assert 'pos_embed' not in state and 'cls_token' not in state
     assert not any(k.startswith('head') for k in state)
@@ -413,8 +436,8 @@ def test_timm_mapping_variants_and_errors():
         timm_vit_to_cpvt(base, 'abs')
 
 
-def test_timm_converter_cli(tmp_path):
-    deit = _timm_deit()
+def test_timm_converter_cli(tmp_path, timm):
+    deit = _timm_deit(timm)
     src = tmp_path / 'deit.pth'
     dst = tmp_path / 'out' / 'cpvt.pth'
     torch.save({'model': deit.state_dict()}, src)
