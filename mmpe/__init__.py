@@ -1,11 +1,17 @@
 """mmpe: position encodings for vision transformers in MMDetection 3.x.
 
 ``import mmpe`` (or ``custom_imports=dict(imports=['mmpe'])`` in a config)
-registers every mmpe module into MMDetection's registries (mmdet scope) and
-makes checkpoints load weights-only (see :mod:`mmpe.engine`).
+first checks the installed mmcv / mmengine / mmdet versions (see
+:mod:`mmpe.utils.version_check`), then registers every mmpe module into
+MMDetection's registries (mmdet scope). It patches nothing: weights-only
+checkpoint loading is scoped to the tools (see
+:mod:`mmpe.engine.safe_checkpoint`).
 """
-from . import engine  # noqa: F401  (first: safe checkpoints)
-from . import datasets, models  # noqa: F401
-from .version import __version__
+from .utils.version_check import check_versions
+
+check_versions()
+
+from . import datasets, engine, models  # noqa: E402,F401
+from .version import __version__  # noqa: E402
 
 __all__ = ['__version__']

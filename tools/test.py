@@ -1,8 +1,9 @@
 """Test (and evaluate) a detector checkpoint with MMEngine's Runner.
 
 Same flags as mmdet's ``tools/test.py`` (without TTA); mmpe's modules are
-registered and checkpoints load weights-only (``--allow-unsafe-checkpoint``
-for trusted files that need more).
+registered and the checkpoint loads weights-only, through
+``mmpe.engine.safe_checkpoint_loading`` (``--allow-unsafe-checkpoint`` for
+trusted files that need more).
 
     python tools/test.py CONFIG CHECKPOINT [--out results.pkl]
 """
@@ -16,8 +17,8 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
-import mmpe  # noqa: E402,F401  (registers modules, safe checkpoints)
-from mmpe.engine import UNSAFE_LOAD_ENV  # noqa: E402
+import mmpe  # noqa: E402,F401  (registers modules)
+from mmpe.engine import UNSAFE_LOAD_ENV, safe_checkpoint_loading  # noqa: E402
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
                         finalize_distributed, fix_worker_settings,
                         prepare_cpu_distributed)
@@ -118,7 +119,8 @@ def main(argv=None):
         runner = Runner.from_cfg(cfg)
     else:
         runner = RUNNERS.build(cfg)
-    metrics = runner.test()
+    with safe_checkpoint_loading():
+        metrics = runner.test()
     finalize_distributed()
     return 0 if metrics is not None else 1
 

@@ -4,6 +4,12 @@ Same flags as mmdet's ``tools/train.py``, plus ``--overwrite`` (a fresh run
 refuses to replace the checkpoints of an earlier run in the same work dir)
 and ``--allow-unsafe-checkpoint`` (see ``mmpe.engine.safe_checkpoint``).
 
+Every config trains with ``PlainCheckpointHook`` (added unless the config
+lists it), so the checkpoints hold only tensors, numbers, strings, lists,
+tuples and dicts and open with stock ``torch.load(weights_only=True)``
+without mmpe. Checkpoints are loaded (``--resume``, ``load_from``)
+weights-only, through ``mmpe.engine.safe_checkpoint_loading``.
+
     python tools/train.py configs/quickstart/detr_irpe_r18_synthetic.py
     bash tools/dist_train.sh CONFIG 2        # DDP via torchrun
 """
@@ -18,8 +24,9 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
-import mmpe  # noqa: E402,F401  (registers modules, safe checkpoints)
-from mmpe.engine import UNSAFE_LOAD_ENV  # noqa: E402
+import mmpe  # noqa: E402,F401  (registers modules)
+from mmpe.engine import (UNSAFE_LOAD_ENV, PlainCheckpointHook,  # noqa: E402
+                         safe_checkpoint_loading)
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
                         finalize_distributed, fix_worker_settings,
                         check_work_dir, prepare_cpu_distributed)
@@ -107,6 +114,8 @@ def build_cfg(args) -> Config:
                                '"auto_scale_lr.base_batch_size" in your '
                                'configuration file.')
 
+    add_plain_checkpoint_hook(cfg)
+
     if args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None
@@ -114,6 +123,17 @@ def build_cfg(args) -> Config:
         cfg.resume = True
         cfg.load_from = args.resume
     return cfg
+
+
+def add_plain_checkpoint_hook(cfg: Config) -> None:
+    """Append ``PlainCheckpointHook`` to ``cfg.custom_hooks`` if absent."""
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    names = ('PlainCheckpointHook', 'mmdet.PlainCheckpointHook',
+             PlainCheckpointHook)
+    if not any(h.get('type') in names for h in hooks if isinstance(h, dict)) \
+            and not any(isinstance(h, PlainCheckpointHook) for h in hooks):
+        hooks.append(dict(type='PlainCheckpointHook'))
+    cfg.custom_hooks = hooks
 
 
 def main(argv=None):
@@ -135,7 +155,8 @@ def main(argv=None):
         runner = Runner.from_cfg(cfg)
     else:
         runner = RUNNERS.build(cfg)
-    runner.train()
+    with safe_checkpoint_loading():
+        runner.train()
     finalize_distributed()
     return 0
 

@@ -1,48 +1,71 @@
-"""Weights-only-safe checkpoints for MMEngine 0.10.x on torch >= 2.6.
+"""Weights-only checkpoint loading for mmpe's tools, scoped and opt-in.
 
-torch >= 2.6 loads with ``weights_only=True`` by default, and MMEngine 0.10.7
-cannot load the checkpoints its own ``Runner`` writes: the message hub stores
-:class:`~mmengine.logging.HistoryBuffer` objects whose ``__getstate__`` pickles
-references to its statistics methods through ``builtins.getattr``.
-Allow-listing ``getattr`` (or loading with ``weights_only=False``) would let a
-downloaded checkpoint run arbitrary code, so instead this module:
+torch >= 2.6 loads with ``weights_only=True``: only tensors, plain Python
+data and allow-listed globals. Checkpoints written through
+``tools/train.py`` are plain (see :mod:`mmpe.engine.plain_checkpoint_hook`)
+and open that way with stock torch. Two older kinds are not plain:
 
-1. registers a :mod:`copyreg` reducer that stores a ``HistoryBuffer`` as two
-   tensors and its maximum length, rebuilt by :func:`rebuild_history_buffer`;
-   that function and numpy's array / scalar / dtype constructors (the
-   message hub also logs numpy scalars) are all that is added to torch's
-   weights-only allow-list;
-2. replaces MMEngine's local-file checkpoint loader by one that always loads
-   with ``weights_only=True`` and, when a file needs full unpickling, refuses
-   it with an error naming the opt-in :data:`UNSAFE_LOAD_ENV`.
+* stock MMEngine / MMDetection checkpoints: the message hub's
+  :class:`~mmengine.logging.HistoryBuffer` is pickled with numpy arrays and,
+  through ``builtins.getattr(HistoryBuffer, 'mean')`` and the like, its
+  statistics methods;
+* checkpoints written by earlier mmpe versions, whose buffers reference
+  :func:`rebuild_history_buffer`.
 
-Both are installed once by :func:`install` when ``mmpe`` is imported, so
-``tools/train.py --resume`` and ``tools/test.py`` work with checkpoints that
-mmpe-driven training wrote, and released mmdet checkpoints (``meta`` plus
-``state_dict``) keep loading.
+:func:`load_from_local_safe` still loads them weights-only, with a narrow
+allow-list in force only during that call (torch's allow-list is
+process-wide: threads loading at that moment see it too). The list
+(:func:`legacy_safe_globals`): the ``HistoryBuffer`` class (a stand-in
+that ignores the pickled statistics methods), a stand-in for
+``builtins.getattr`` that returns nothing but ``HistoryBuffer``'s own
+``min`` / ``max`` / ``current`` / ``mean``, :func:`rebuild_history_buffer`,
+and numpy's array, scalar and dtype constructors (numeric data from bytes).
+Anything else (a pickle that would run code) is refused with
+:class:`UnsafeCheckpointError`, unless the user opts in with
+:data:`UNSAFE_LOAD_ENV` ``=1`` (``--allow-unsafe-checkpoint``).
+
+Nothing is installed at import: ``tools/train.py`` and ``tools/test.py`` run
+the Runner inside :func:`safe_checkpoint_loading`, which routes MMEngine's
+local-file checkpoint loader to :func:`load_from_local_safe` and restores
+MMEngine's own loader on exit::
+
+    with safe_checkpoint_loading():
+        runner.train()
 """
-import copyreg
+import contextlib
 import os
 import os.path as osp
 import pickle
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
-from mmengine.logging import HistoryBuffer, print_log
+from mmengine.logging import HistoryBuffer
 from mmengine.runner.checkpoint import CheckpointLoader
+
+from .plain_state import history_buffer_from_arrays
 
 #: Set to ``1`` to load a trusted local checkpoint that needs full unpickling.
 UNSAFE_LOAD_ENV = 'MMPE_ALLOW_UNSAFE_CHECKPOINT'
 
-_installed = False
+#: What stock ``HistoryBuffer.__getstate__`` pickles through ``getattr``.
+HISTORY_BUFFER_STATISTICS = ('min', 'max', 'current', 'mean')
+
+SafeGlobal = Union[Callable, Tuple[Callable, str]]
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """Raised when a checkpoint cannot be loaded with ``weights_only=True``."""
 
 
 def rebuild_history_buffer(log_history: torch.Tensor,
                            count_history: torch.Tensor,
                            max_length: int) -> HistoryBuffer:
-    """Rebuild a :class:`HistoryBuffer` saved by :func:`_reduce_history_buffer`.
+    """Rebuild a :class:`HistoryBuffer` stored by earlier mmpe's reducer.
+
+    Such checkpoints call this function by its import path
+    ``mmpe.engine.safe_checkpoint.rebuild_history_buffer``.
 
     Args:
         log_history (Tensor): Logged values, shape (N,).
@@ -55,27 +78,60 @@ def rebuild_history_buffer(log_history: torch.Tensor,
     if not (isinstance(log_history, torch.Tensor)
             and isinstance(count_history, torch.Tensor)
             and isinstance(max_length, int)):
-        raise TypeError('rebuild_history_buffer expects (Tensor, Tensor, int), '
-                        f'got ({type(log_history).__name__}, '
+        raise TypeError('rebuild_history_buffer expects (Tensor, Tensor, '
+                        'int), got '
+                        f'({type(log_history).__name__}, '
                         f'{type(count_history).__name__}, '
                         f'{type(max_length).__name__})')
-    buffer = HistoryBuffer(max_length=max_length)
-    # Assign directly: the constructor would re-wrap and may warn on length.
-    buffer._log_history = log_history.numpy().copy()
-    buffer._count_history = count_history.numpy().copy()
-    return buffer
+    return history_buffer_from_arrays(log_history.numpy().copy(),
+                                      count_history.numpy().copy(),
+                                      max_length)
 
 
-def _numpy_safe_globals() -> List[Any]:
-    """numpy's array, scalar and dtype constructors.
+class _UnpickledHistoryBuffer(HistoryBuffer):
+    """What ``mmengine.logging.history_buffer.HistoryBuffer`` names while a
+    stock checkpoint is unpickled weights-only.
 
-    They rebuild numeric data from bytes; an object-dtype payload would still
-    have to pass the allow-list on its own.
+    Stock ``HistoryBuffer.__setstate__`` merges the pickled statistics
+    methods into the class-wide registry; here they are dropped (the class
+    registers its own on construction), so a crafted file cannot replace
+    them, and the instance becomes a plain :class:`HistoryBuffer`.
     """
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        state.pop('statistics_methods', None)
+        self.__dict__.update(state)
+        self.__class__ = HistoryBuffer
+
+
+def history_buffer_statistic(obj: Any, name: str) -> Callable:
+    """``getattr`` narrowed to ``HistoryBuffer``'s statistics methods.
+
+    Stands in for ``builtins.getattr`` while a stock checkpoint is unpickled.
+
+    Raises:
+        pickle.UnpicklingError: For any other object or name.
+    """
+    is_buffer = obj is HistoryBuffer or obj is _UnpickledHistoryBuffer
+    if not is_buffer or type(name) is not str \
+            or name not in HISTORY_BUFFER_STATISTICS:
+        shown = 'HistoryBuffer' if is_buffer else obj
+        raise pickle.UnpicklingError(
+            f'getattr({shown!r}, {name!r}) refused: weights-only loading '
+            f'allows getattr only on HistoryBuffer for '
+            f'{HISTORY_BUFFER_STATISTICS}')
+    return getattr(HistoryBuffer, name)
+
+
+def _numpy_safe_globals() -> List[SafeGlobal]:
+    """numpy's array, scalar and dtype constructors, under numpy 1 and 2
+    names; an object-dtype payload would still need an allow-listed class."""
     from numpy.core import multiarray
-    safe: List[Any] = [
-        multiarray.scalar, multiarray._reconstruct, np.ndarray, np.dtype
-    ]
+    safe: List[SafeGlobal] = [np.ndarray, np.dtype]
+    for module in ('numpy.core.multiarray', 'numpy._core.multiarray'):
+        safe += [(multiarray._reconstruct, f'{module}._reconstruct'),
+                 (multiarray.scalar, f'{module}.scalar')]
     dtypes = getattr(np, 'dtypes', None)  # numpy >= 1.25: one class a dtype
     if dtypes is not None:
         safe += [
@@ -86,22 +142,34 @@ def _numpy_safe_globals() -> List[Any]:
     return safe
 
 
-def _reduce_history_buffer(
-        buffer: HistoryBuffer) -> Tuple[Callable, Tuple[Any, ...]]:
-    # Only numeric arrays go in: statistics methods are class-level and get
-    # registered again by the code that defines them.
-    log = torch.from_numpy(np.ascontiguousarray(buffer._log_history))
-    count = torch.from_numpy(np.ascontiguousarray(buffer._count_history))
-    return rebuild_history_buffer, (log, count, int(buffer.max_length))
+def legacy_safe_globals() -> List[SafeGlobal]:
+    """The narrow allow-list for stock-MMEngine and old-mmpe checkpoints."""
+    return [
+        (_UnpickledHistoryBuffer,
+         'mmengine.logging.history_buffer.HistoryBuffer'),
+        (history_buffer_statistic, 'builtins.getattr'),
+        (rebuild_history_buffer,
+         'mmpe.engine.safe_checkpoint.rebuild_history_buffer')
+    ] + _numpy_safe_globals()
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
-    """Raised when a checkpoint cannot be loaded with ``weights_only=True``."""
+@contextlib.contextmanager
+def _scoped_safe_globals(extra: List[SafeGlobal]) -> Iterator[None]:
+    scope = getattr(torch.serialization, 'safe_globals', None)
+    if scope is None:  # torch < 2.5: plain checkpoints only
+        yield
+        return
+    present = set(torch.serialization.get_safe_globals())
+    with scope([g for g in extra if g not in present]):
+        yield
 
 
 def load_from_local_safe(filename: str,
                          map_location: Optional[Any] = None) -> Any:
     """Load a local checkpoint with ``torch.load(weights_only=True)``.
+
+    Plain checkpoints load as they are; stock-MMEngine and old-mmpe ones
+    through :func:`legacy_safe_globals`.
 
     Args:
         filename (str): Path of the checkpoint.
@@ -112,19 +180,21 @@ def load_from_local_safe(filename: str,
 
     Raises:
         FileNotFoundError: If ``filename`` is not a file.
-        UnsafeCheckpointError: If the file needs objects outside torch's
-            weights-only allow-list and :data:`UNSAFE_LOAD_ENV` is not ``1``.
+        UnsafeCheckpointError: If the file needs objects outside that
+            allow-list and :data:`UNSAFE_LOAD_ENV` is not ``1``.
     """
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'Checkpoint {filename!r} can not be found.')
     try:
-        return torch.load(
-            filename, map_location=map_location, weights_only=True)
+        with _scoped_safe_globals(legacy_safe_globals()):
+            return torch.load(
+                filename, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-        reason = next((ln for ln in lines if 'Unsupported global' in ln),
-                      lines[-1] if lines else repr(err))
+        reason = next(
+            (ln for ln in lines if 'GLOBAL' in ln or 'refused' in ln),
+            lines[-1] if lines else repr(err))
         if os.environ.get(UNSAFE_LOAD_ENV) == '1':
             warnings.warn(
                 f'Loading {filename!r} with full unpickling because '
@@ -133,34 +203,30 @@ def load_from_local_safe(filename: str,
                 filename, map_location=map_location, weights_only=False)
         raise UnsafeCheckpointError(
             f'Checkpoint {filename!r} cannot be loaded weights-only: it '
-            f'stores objects outside torch\'s allow-list ({reason}). '
-            f'Checkpoints written by mmpe-driven '
-            f'training load safely; to load this one anyway, and only if you '
-            f'trust where it came from, set the environment variable '
+            f'stores objects outside the allow-list ({reason}). Checkpoints '
+            'of tools/train.py, stock MMEngine/MMDetection and earlier mmpe '
+            'load safely; to load this one anyway, and only if you trust '
+            f'where it came from, set the environment variable '
             f'{UNSAFE_LOAD_ENV}=1 (or pass --allow-unsafe-checkpoint to '
             f'tools/train.py or tools/test.py).') from err
 
 
-def install() -> None:
-    """Install the reducer, the allow-list entry and the safe local loader.
+@contextlib.contextmanager
+def safe_checkpoint_loading() -> Iterator[None]:
+    """Route MMEngine's local-file checkpoint loader to
+    :func:`load_from_local_safe` inside the ``with`` block only.
 
-    Idempotent; called when ``mmpe`` is imported.
+    MMEngine's previous loader is registered again on exit, also when the
+    block raises.
     """
-    global _installed
-    if _installed:
-        return
-    if not hasattr(torch.serialization, 'add_safe_globals'):
-        warnings.warn(
-            f'torch {torch.__version__} has no weights-only allow-list '
-            '(added in torch 2.4): checkpoints load with MMEngine\'s default '
-            'loader. Upgrade torch for safe loading.')
-        _installed = True
-        return
-    copyreg.pickle(HistoryBuffer, _reduce_history_buffer)
-    torch.serialization.add_safe_globals([rebuild_history_buffer] +
-                                         _numpy_safe_globals())
+    previous = CheckpointLoader._schemes.get('')
     CheckpointLoader.register_scheme(
         prefixes='', loader=load_from_local_safe, force=True)
-    print_log(
-        'mmpe: checkpoints load weights-only', logger='current', level=10)
-    _installed = True
+    try:
+        yield
+    finally:
+        if previous is None:
+            CheckpointLoader._schemes.pop('', None)
+        else:
+            CheckpointLoader.register_scheme(
+                prefixes='', loader=previous, force=True)
