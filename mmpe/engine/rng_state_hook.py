@@ -4,7 +4,7 @@ MMEngine's resume restores weights, optimizer, schedulers and the message
 hub, but not the RNG states, so random augmentation after a resume differs
 from an uninterrupted run. This hook stores the states of Python's
 ``random``, numpy's global generator and torch's CPU (and CUDA) generators in
-the checkpoint (as plain ints, arrays and tensors: weights-only-safe) and
+the checkpoint (as plain ints, floats and tensors: weights-only-safe) and
 restores them on resume, so that a resumed run repeats the uninterrupted
 run's losses exactly when data loading happens in the main process
 (``num_workers=0``). Dataloader workers reseed themselves from the config's
