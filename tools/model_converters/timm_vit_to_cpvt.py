@@ -19,7 +19,7 @@ from typing import Dict
 
 import torch
 
-from mmpe.models.backbones.cpvt import CPVT, timm_vit_to_cpvt
+from mmpe.models.backbones import CPVT, timm_vit_to_cpvt
 
 
 def load_timm_state_dict(path: str) -> Dict[str, torch.Tensor]:

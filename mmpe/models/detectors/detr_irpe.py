@@ -8,20 +8,26 @@ absolute encoding; the decoder is unchanged.
 from typing import Dict, Optional, Tuple
 
 import torch
-from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import ModuleList
-from torch import Tensor, nn
+from torch import Tensor
 
 from mmdet.models.detectors import DETR
-from mmdet.models.layers import (DetrTransformerDecoder,
-                                 DetrTransformerEncoder,
-                                 DetrTransformerEncoderLayer,
-                                 SinePositionalEncoding)
+from mmdet.models.layers import (DetrTransformerEncoder,
+                                 DetrTransformerEncoderLayer)
 from mmdet.registry import MODELS
 from mmdet.structures import OptSampleList
 from ..layers.irpe import iRPE
 from ..layers.irpe_attention import iRPEMultiheadAttention
+
+
+def _without_irpe(attn_cfg: Dict) -> Dict:
+    """An attention config without mmpe's arguments, for mmcv's attention
+    that mmdet builds before mmpe swaps it out."""
+    return {
+        k: v
+        for k, v in attn_cfg.items()
+        if k not in ('rpe_cfg', 'rpe_on', 'attn_impl')
+    }
 
 
 class iRPEDetrTransformerEncoderLayer(DetrTransformerEncoderLayer):
@@ -34,15 +40,14 @@ class iRPEDetrTransformerEncoderLayer(DetrTransformerEncoderLayer):
     """
 
     def _init_layers(self) -> None:
-        # As mmdet's, with iRPEMultiheadAttention in place of mmcv's (same
-        # parameter names, so plain DETR state dicts load).
-        self.self_attn = iRPEMultiheadAttention(**self.self_attn_cfg)
-        self.embed_dims = self.self_attn.embed_dims
-        self.ffn = FFN(**self.ffn_cfg)
-        self.norms = ModuleList([
-            build_norm_layer(self.norm_cfg, self.embed_dims)[1]
-            for _ in range(2)
-        ])
+        # mmdet's layer (its attention built without mmpe's arguments),
+        # then iRPEMultiheadAttention in place of mmcv's: same parameter
+        # names, so plain DETR state dicts load
+        cfg = self.self_attn_cfg
+        self.self_attn_cfg = _without_irpe(cfg)
+        super()._init_layers()
+        self.self_attn_cfg = cfg
+        self.self_attn = iRPEMultiheadAttention(**cfg)
 
 
 class iRPEDetrTransformerEncoder(DetrTransformerEncoder):
@@ -97,13 +102,17 @@ class iRPEDETR(DETR):
             *args, positional_encoding=positional_encoding, **kwargs)
 
     def _init_layers(self) -> None:
-        # As mmdet's DETR, with the iRPE encoder.
-        self.positional_encoding = SinePositionalEncoding(
-            **self.positional_encoding)
-        self.encoder = iRPEDetrTransformerEncoder(**self.encoder)
-        self.decoder = DetrTransformerDecoder(**self.decoder)
-        self.embed_dims = self.encoder.embed_dims
-        self.query_embedding = nn.Embedding(self.num_queries, self.embed_dims)
+        # mmdet's DETR, then the iRPE encoder in place of its encoder
+        encoder_cfg = self.encoder
+        encoder = iRPEDetrTransformerEncoder(**encoder_cfg)
+        self.encoder = dict(
+            encoder_cfg,
+            layer_cfg=dict(
+                encoder_cfg['layer_cfg'],
+                self_attn_cfg=_without_irpe(
+                    encoder_cfg['layer_cfg']['self_attn_cfg'])))
+        super()._init_layers()
+        self.encoder = encoder
         num_feats = self.positional_encoding.num_feats
         if num_feats * 2 != self.embed_dims:
             raise ValueError(

@@ -2,360 +2,25 @@
 
 Implements the bias and contextual modes (Eq. 13-17) of `Rethinking and
 Improving Relative Position Encoding for Vision Transformer
-<https://arxiv.org/abs/2107.14222>`_ (Wu et al., ICCV 2021) with the
-efficient computation of Eq. 26-28, improved so that neither an
-``(L, L, head_dim)`` tensor nor an ``(L, L)`` gather index is needed for the
-product method. Bucket ids come from :mod:`mmpe.models.layers.irpe_index`.
+<https://arxiv.org/abs/2107.14222>`_ (Wu et al., ICCV 2021): a thin module
+holding the encoding table; the (L, L) expansion of Eq. 26-28 is done by the
+plans of :mod:`~mmpe.models.layers.irpe_plans`, bucket ids come from
+:mod:`~mmpe.models.layers.irpe_index`.
 """
 import math
-import operator
-import threading
-from collections import OrderedDict
-from typing import Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
+from .arg_checks import check_choice, check_grid, check_positive_int
+from .cache import CacheInfo
 from .irpe_index import (INDEX_FUNCS, METHODS, get_bucket_ids_2d,
-                         get_num_buckets, max_index, num_buckets_per_table,
-                         relative_index_1d)
-
-# ---------------------------------------------------------------------------
-# Spatial plans: (N, L0, nbs) per-query bucket values <-> (N, L0, L0) terms.
-#
-# ``expand`` maps P to T with T[n, i, j] = P[n, i, bucket(i, j)] (Eq. 27-28)
-# and ``reduce`` is its adjoint, R[n, i, b] = sum_{j: bucket(i, j) = b}
-# A[n, i, j] (the bucket-summed attention of iRPE on values, Eq. 17). Each is
-# the other's backward. Only spatial tokens (L0 = height * width) and
-# spatial buckets (nbs, without the skip bucket) are handled here.
-# ---------------------------------------------------------------------------
-
-
-class _ProductPlan:
-    """Product method: bucket(i, j) = ry(iy, jy) * S + rx(ix, jx).
-
-    The bucket factorises into a row part and a column part. With ``P_i``
-    the values of query ``i = (iy, ix)`` viewed as an ``S x S`` matrix (rows:
-    the row bucket, columns: the column bucket), the (height, width) block of
-    its keys is ``T_i = OY[iy] @ P_i @ OX[ix]^T`` where ``OY[iy]`` (height, S)
-    and ``OX[ix]`` (width, S) are one-hot matrices of the per-axis ids, and
-    the adjoint is ``R_i = OY[iy]^T @ A_i @ OX[ix]``.
-
-    * expand: two gathers with small per-axis indices, ``(L0, height)`` and
-      ``(L0, width)`` broadcast over the batch (selection is exact, and a
-      gather is the cheapest way to write the (L0, L0) output); no (L0, L0)
-      index is built or cached.
-    * reduce (the backward of iRPE on q / k, the forward of iRPE on v):
-      batched one-hot matmuls, contracting the key rows first, so that no
-      scatter is needed (scatter-add took 1.8x the matmuls' time on CPU at
-      25 x 42, B=2, H=8, and is atomics on CUDA). Per-query operands
-      ``OY[iy]^T`` and ``OX[ix]`` are repeated for a chunk of batch items
-      sized by :attr:`max_chunk_elems`.
-    """
-
-    #: bound on the elements of the per-chunk temporaries of :meth:`reduce`
-    max_chunk_elems = 2**23
-
-    def __init__(self, rows: Tensor, cols: Tensor, side: int) -> None:
-        self.height, self.width, self.side = rows.shape[0], cols.shape[0], side
-        h, w = self.height, self.width
-        self.rows, self.cols = rows, cols  # (h, h), (w, w) long in [0, S)
-        # per query i = (iy, ix): row bucket of each key row jy, (1, L0, h, 1),
-        # and column bucket of each key column jx, (1, L0, 1, w)
-        l0 = h * w
-        self.row_index = rows[:, None].expand(h, w, h).reshape(1, l0, h, 1)
-        self.col_index = cols[None].expand(h, w, w).reshape(1, l0, 1, w)
-        self._onehots: Dict[torch.dtype, Tuple[Tensor, Tensor]] = {}
-
-    def onehots(self, dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
-        """One-hot matrices ``OY`` (h, h, S) and ``OX`` (w, w, S).
-
-        ``OY[iy, jy, u] = [ry(iy, jy) == u]`` and likewise for ``OX``.
-        """
-        if dtype not in self._onehots:
-            self._onehots[dtype] = (F.one_hot(self.rows, self.side).to(dtype),
-                                    F.one_hot(self.cols, self.side).to(dtype))
-        return self._onehots[dtype]
-
-    def _chunk(self, n: int) -> int:
-        per_item = self.height * self.width * self.side * max(
-            self.height, self.width)
-        return max(1, min(n, self.max_chunk_elems // per_item))
-
-    @staticmethod
-    def _per_query(op: Tensor, outer: bool, times: int, items: int) -> Tensor:
-        """Repeat a per-axis operand into a per-query batch.
-
-        Args:
-            op (Tensor): (A, r, c), indexed by one axis of a two-axis query
-                batch.
-            outer (bool): Whether that axis is the outer one (then the inner
-                axis, of size ``times``, repeats it) or the inner one.
-            times (int): Size of the other axis.
-            items (int): Repetitions of the whole batch (batch items).
-
-        Returns:
-            Tensor: (items * A * times, r, c).
-        """
-        a, r, c = op.shape
-        op = op[:, None] if outer else op[None]
-        op = op.expand((a, times, r, c) if outer else (times, a, r, c))
-        op = op.reshape(-1, r, c)
-        return op if items == 1 else op.repeat(items, 1, 1)
-
-    def expand(self, p: Tensor) -> Tensor:
-        """(N, L0, S * S) -> (N, L0, L0) contiguous, see the class docstring.
-        """
-        h, w, s = self.height, self.width, self.side
-        n, l0 = p.shape[0], h * w
-        row_index = self.row_index.expand(n, l0, h, s)
-        col_index = self.col_index.expand(n, l0, h, w)
-        # (n, i, u, v) -> (n, i, jy, v): the row bucket of every key row
-        rows = p.reshape(n, l0, s, s).gather(2, row_index)
-        # (n, i, jy, v) -> (n, i, jy, jx): the column bucket of every key
-        return rows.gather(3, col_index).view(n, l0, l0)
-
-    def expand_add_(self, p: Tensor, out: Tensor) -> Tensor:
-        """``out += expand(p)`` in place, without an (N, L0, L0) temporary.
-
-        The row step is the gather of :meth:`expand`; the column step is a
-        batched matmul with ``OX[ix]^T`` accumulating into ``out`` (exact: one
-        non-zero product per entry, for finite values).
-
-        Args:
-            p (Tensor): (N, L0, S * S).
-            out (Tensor): (N, L0, L0), contiguous, of the dtype of ``p``.
-
-        Returns:
-            Tensor: ``out``.
-        """
-        h, w, s = self.height, self.width, self.side
-        n, l0 = p.shape[0], h * w
-        _, ox = self.onehots(p.dtype)
-        row_index = self.row_index.expand(n, l0, h, s)
-        rows = p.reshape(n, l0, s, s).gather(2, row_index)  # (n, i, jy, v)
-        step = self._chunk(n)
-        # query i = (iy, ix): OX[ix]^T (v, jx)
-        oxt_rep = self._per_query(ox.transpose(1, 2), False, h, step)
-        for k in range(0, n, step):
-            m = min(step, n - k) * l0
-            acc = out[k:k + step].view(m, h, w)
-            acc.baddbmm_(rows[k:k + step].view(m, h, s), oxt_rep[:m])
-        return out
-
-    def reduce(self, a: Tensor) -> Tensor:
-        """(N, L0, L0) -> (N, L0, S * S), the adjoint of :meth:`expand`.
-
-        Reads ``a`` in place when it is contiguous or, on CPU (where a copy
-        costs page faults and the per-item loop is cheap), the transpose of
-        a contiguous tensor (the gradient of iRPE on queries); other layouts
-        are copied.
-        """
-        h, w, s = self.height, self.width, self.side
-        n, l0 = a.shape[0], h * w
-        oy, ox = self.onehots(a.dtype)
-        oyt = oy.transpose(1, 2)  # (iy, u, jy)
-        out = a.new_empty(n, l0, s, s)
-        if (a.device.type == 'cpu' and not a.is_contiguous()
-                and a.transpose(1, 2).is_contiguous()):
-            self._reduce_transposed(a, oyt, ox, out)
-            return out.view(n, l0, s * s)
-        a = a.contiguous()
-        step = self._chunk(n)
-        # query i = (iy, ix): OY[iy]^T (u, jy) and OX[ix] (jx, v)
-        oyt_rep = self._per_query(oyt, True, w, step)
-        ox_rep = self._per_query(ox, False, h, step)
-        for k in range(0, n, step):
-            m = min(step, n - k) * l0
-            zy = torch.bmm(oyt_rep[:m], a[k:k + step].view(m, h, w))
-            torch.bmm(zy, ox_rep[:m], out=out[k:k + step].view(m, s, s))
-        return out.view(n, l0, s * s)
-
-    def _reduce_transposed(self, a: Tensor, oyt: Tensor, ox: Tensor,
-                           out: Tensor) -> None:
-        """:meth:`reduce` of ``a = at.transpose(1, 2)``, ``at`` contiguous.
-
-        ``at[n]`` is (key j, query i) = (jy, jx, iy, ix) in memory; it is read
-        without a copy as a batch over (jx, iy) of (jy, ix) matrices, one
-        batch item at a time (items do not merge into one batch dim).
-        """
-        h, w, s = self.height, self.width, self.side
-        l0 = h * w
-        oyt_rep = self._per_query(oyt, False, w, 1)  # (jx, iy): OY[iy]^T
-        ox_rep = self._per_query(ox, False, h, 1)  # (iy, ix): OX[ix]
-        for k in range(a.shape[0]):
-            at = a[k].transpose(0, 1).view(h, w, h, w)  # (jy, jx, iy, ix)
-            zy = torch.bmm(oyt_rep, at.permute(1, 2, 0, 3).reshape(l0, h, w))
-            # (jx, iy, u, ix) -> (iy, ix, u, jx): a small copy
-            zy = zy.view(w, h, s, w).permute(1, 3, 2, 0).reshape(l0, s, w)
-            torch.bmm(zy, ox_rep, out=out[k].view(l0, s, s))
-
-
-class _CrossPlan:
-    """Cross method: the row-axis and column-axis encodings are summed.
-
-    ``T[n, i, j] = P[n, i, ry(iy, jy)] + P[n, i, S + rx(ix, jx)]``. Each
-    axis is a small gather (N, L0, height) / (N, L0, width) broadcast over
-    the other axis, so the only ``L0 x L0`` work is one add (forward) and
-    two sums (reduce).
-    """
-
-    def __init__(self, rows: Tensor, cols: Tensor, side: int) -> None:
-        self.height, self.width, self.side = rows.shape[0], cols.shape[0], side
-        h, w = self.height, self.width
-        # per query i = (iy, ix): bucket of each key row / key column
-        self.row_ids = rows[:, None, :].expand(h, w, h).reshape(h * w, h)
-        self.col_ids = (cols[None, :, :].expand(h, w, w).reshape(h * w, w) +
-                        side)
-
-    def expand(self, p: Tensor) -> Tensor:
-        """(N, L0, 2 S) -> (N, L0, L0)."""
-        n, l0 = p.shape[0], self.height * self.width
-        y = p.gather(2, self.row_ids.expand(n, l0, self.height))
-        x = p.gather(2, self.col_ids.expand(n, l0, self.width))
-        # (n, i, jy, 1) + (n, i, 1, jx) -> (n, i, jy * width + jx)
-        return (y[..., :, None] + x[..., None, :]).view(n, l0, l0)
-
-    def reduce(self, a: Tensor) -> Tensor:
-        """(N, L0, L0) -> (N, L0, 2 S)."""
-        h, w = self.height, self.width
-        n, l0 = a.shape[0], h * w
-        a4 = a.unflatten(2, (h, w))  # a view in any layout, e.g. transposed
-        out = a.new_zeros(n, l0, 2 * self.side)
-        out.scatter_add_(2, self.row_ids.expand(n, l0, h), a4.sum(3))
-        out.scatter_add_(2, self.col_ids.expand(n, l0, w), a4.sum(2))
-        return out
-
-
-class _GatherPlan:
-    """Euclidean / quant: a gather with the (L0, L0) ids, scatter-add back."""
-
-    def __init__(self, ids: Tensor, num_buckets: int) -> None:
-        self.ids, self.num_buckets = ids, num_buckets
-
-    def expand(self, p: Tensor) -> Tensor:
-        """(N, L0, nbs) -> (N, L0, L0)."""
-        return p.gather(2, self.ids.expand(p.shape[0], -1, -1))
-
-    def reduce(self, a: Tensor) -> Tensor:
-        """(N, L0, L0) -> (N, L0, nbs)."""
-        n, l0 = a.shape[:2]
-        work = a.float() if a.dtype in (torch.float16, torch.bfloat16) else a
-        out = work.new_zeros(n, l0, self.num_buckets)
-        out.scatter_add_(2, self.ids.expand(n, -1, -1), work)
-        return out.to(a.dtype)
-
-
-_Plan = Union[_ProductPlan, _CrossPlan, _GatherPlan]
-
-
-def _no_autocast(t: Tensor):
-    """Context disabling autocast so a plan computes in its input dtype."""
-    return torch.autocast(t.device.type, enabled=False)
-
-
-class _Expand(torch.autograd.Function):
-    """Differentiable ``plan.expand``; its backward is ``plan.reduce``."""
-
-    @staticmethod
-    def forward(ctx, p: Tensor, plan: _Plan) -> Tensor:
-        ctx.plan = plan
-        with _no_autocast(p):
-            return plan.expand(p)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], None]:
-        with _no_autocast(grad):
-            return ctx.plan.reduce(grad), None
-
-
-class _ExpandAdd(torch.autograd.Function):
-    """``out += plan.expand(p)`` in place (product plans only)."""
-
-    @staticmethod
-    def forward(ctx, out: Tensor, p: Tensor, plan: _Plan) -> Tensor:
-        ctx.plan = plan
-        ctx.mark_dirty(out)
-        with _no_autocast(p):
-            # out: (..., L0, L0) with the leading dims flattened in p
-            plan.expand_add_(p, out.view(p.shape[0], *out.shape[-2:]))
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tuple[Tensor, Optional[Tensor], None]:
-        with _no_autocast(grad):
-            flat = grad.reshape(-1, *grad.shape[-2:])
-            return grad, ctx.plan.reduce(flat), None
-
-
-class _Reduce(torch.autograd.Function):
-    """Differentiable ``plan.reduce``; its backward is ``plan.expand``."""
-
-    @staticmethod
-    def forward(ctx, a: Tensor, plan: _Plan) -> Tensor:
-        ctx.plan = plan
-        with _no_autocast(a):
-            return plan.reduce(a)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], None]:
-        with _no_autocast(grad):
-            return ctx.plan.expand(grad), None
-
-
-# ---------------------------------------------------------------------------
-# Bounded LRU cache of plans, shared by all iRPE modules of a process (e.g.
-# the 6 encoder layers of DETR build a size's plan once).
-# ---------------------------------------------------------------------------
-
-
-class CacheInfo(NamedTuple):
-    """Statistics of the bucket-id cache."""
-    hits: int
-    misses: int
-    size: int
-    maxsize: int
-
-
-class _LRUCache:
-    """A small thread-safe least-recently-used cache with hit / miss counters.
-    """
-
-    def __init__(self, maxsize: int = 32) -> None:
-        self.maxsize = maxsize
-        self._data: 'OrderedDict[tuple, object]' = OrderedDict()
-        self._lock = threading.Lock()  # e.g. nn.DataParallel replicas
-        self.hits = self.misses = 0
-
-    def get(self, key: tuple, build: Callable[[], object]) -> object:
-        with self._lock:
-            if key in self._data:
-                self.hits += 1
-                self._data.move_to_end(key)
-                return self._data[key]
-            self.misses += 1
-            value = build()
-            self._data[key] = value
-            if len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-            return value
-
-    def info(self) -> CacheInfo:
-        with self._lock:
-            return CacheInfo(self.hits, self.misses, len(self._data),
-                             self.maxsize)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self.hits = self.misses = 0
-
-
-_PLAN_CACHE = _LRUCache(maxsize=32)
-
+                         get_num_buckets, num_buckets_per_table)
+from .irpe_plans import (PLAN_CACHE, Expand, ExpandAdd, ProductPlan, Reduce,
+                         _Plan, get_plan)
 
 @MODELS.register_module()
 class iRPE(BaseModule):
@@ -446,13 +111,13 @@ class iRPE(BaseModule):
                  init: str = 'zeros',
                  init_cfg: Optional[Union[dict, list]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        _check_positive_int('head_dim', head_dim)
-        _check_positive_int('num_heads', num_heads)
-        _check_choice('mode', mode, self.MODES)
-        _check_choice('method', method, self.METHODS)
-        _check_choice('on', on, self.ONS)
-        _check_choice('index', index, self.INDEX_FUNCS)
-        _check_choice('init', init, self.INITS)
+        check_positive_int('head_dim', head_dim)
+        check_positive_int('num_heads', num_heads)
+        check_choice('mode', mode, self.MODES)
+        check_choice('method', method, self.METHODS)
+        check_choice('on', on, self.ONS)
+        check_choice('index', index, self.INDEX_FUNCS)
+        check_choice('init', init, self.INITS)
         if mode == 'bias' and on == 'v':
             raise ValueError(
                 "Unsupported `on` 'v' with `mode` 'bias' (a bias on values "
@@ -530,36 +195,17 @@ class iRPE(BaseModule):
     # ------------------------------------------------------------------
     @staticmethod
     def cache_info() -> CacheInfo:
-        """Hits, misses and size of the process-wide bucket-id cache."""
-        return _PLAN_CACHE.info()
+        """Hits, misses and size of the process-wide plan cache."""
+        return PLAN_CACHE.info()
 
     @staticmethod
     def cache_clear() -> None:
-        """Empty the bucket-id cache and reset its counters."""
-        _PLAN_CACHE.clear()
-
-    def _config_key(self) -> tuple:
-        return (self.method, self.index, self.ratio, self.max_distance)
+        """Empty the plan cache and reset its counters."""
+        PLAN_CACHE.clear()
 
     def _plan(self, height: int, width: int, device: torch.device) -> _Plan:
-        """The cached plan of a grid, keyed by everything it depends on."""
-        key = self._config_key() + (height, width, self.skip, device)
-        return _PLAN_CACHE.get(key,
-                               lambda: self._build_plan(height, width, device))
-
-    def _build_plan(self, height: int, width: int,
-                    device: torch.device) -> _Plan:
-        b = max_index(self.index, self.ratio, self.max_distance)
-        side = 2 * b + 1
-        if self.method in ('product', 'cross'):
-            args = (self.index, self.ratio, self.max_distance, device)
-            rows = relative_index_1d(height, *args) + b
-            cols = relative_index_1d(width, *args) + b
-            cls = _ProductPlan if self.method == 'product' else _CrossPlan
-            return cls(rows, cols, side)
-        ids = get_bucket_ids_2d(height, width, self.method, self.index,
-                                self.ratio, self.max_distance, 0, device)
-        return _GatherPlan(ids, side)
+        return get_plan(self.method, self.index, self.ratio,
+                        self.max_distance, height, width, device)
 
     def bucket_ids(
             self,
@@ -579,7 +225,7 @@ class iRPE(BaseModule):
             row-axis ids then the column-axis ids (offset past the row-axis
             buckets).
         """
-        height, width = _check_grid(height, width)
+        height, width = check_grid(height, width)
         device = self.table.device if device is None else device
         return get_bucket_ids_2d(height, width, self.method, self.index,
                                  self.ratio, self.max_distance, self.skip,
@@ -616,7 +262,7 @@ class iRPE(BaseModule):
             or ``logits`` plus the term if given; on 'v': (B, num_heads, L,
             head_dim). In the dtype of ``x`` (autocast may lower the matmuls).
         """
-        height, width = _check_grid(height, width)
+        height, width = check_grid(height, width)
         length = self.skip + height * width
         if x.dim() != 4:
             raise ValueError(f'iRPE expects a 4D input (B, num_heads, L, *), '
@@ -661,11 +307,11 @@ class iRPE(BaseModule):
             values = torch.matmul(x, table.transpose(1, 2))
         values = values.reshape(b * h, length, -1)
         if (logits is not None and self.on == 'k' and self.skip == 0
-                and isinstance(plan, _ProductPlan) and logits.is_contiguous()
+                and isinstance(plan, ProductPlan) and logits.is_contiguous()
                 and logits.dtype == values.dtype):
             # the whole logits (not a view of them) go in: in-place ops on
             # views cost autograd a copy of the gradient
-            return _ExpandAdd.apply(logits, values, plan)
+            return ExpandAdd.apply(logits, values, plan)
         term = self._expand(values, plan).view(b, h, length, length)
         if self.on == 'q':  # r^Q uses b(j, i), as the authors' release
             term = term.transpose(-1, -2)
@@ -712,7 +358,7 @@ class iRPE(BaseModule):
             spatial = spatial[..., slices[0]]
         else:
             spatial = torch.cat([spatial[..., s] for s in slices], dim=-1)
-        term = _Expand.apply(spatial, plan)  # (N, L0, L0)
+        term = Expand.apply(spatial, plan)  # (N, L0, L0)
         if skip == 0:
             return term
         extra = sum(values[..., e] for e in self._extra_ids())  # (N, L)
@@ -730,7 +376,7 @@ class iRPE(BaseModule):
         spatial = attn[:, skip:, skip:]
         if skip:
             spatial = spatial.contiguous()
-        summed = _Reduce.apply(spatial, plan)  # (N, L0, nbs)
+        summed = Reduce.apply(spatial, plan)  # (N, L0, nbs)
         if skip == 0:
             return summed
         # bucket-sum of the skip pairs of each query row
@@ -746,30 +392,3 @@ class iRPE(BaseModule):
             [s.stop - s.start for s in self._spatial_slices()], dim=2):
             parts += [part, extra]  # cross: each axis' skip bucket
         return torch.cat(parts, dim=2)
-
-
-def _check_choice(name: str, value, choices: tuple) -> None:
-    if value not in choices:
-        raise ValueError(f'Unsupported `{name}` {value!r}, please choose from '
-                         f'{choices}')
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f'Unsupported `{name}` {value!r}, please choose an int > 0')
-
-
-def _check_grid(height: int, width: int) -> Tuple[int, int]:
-    """Validate a grid size; accepts any integer type (e.g. numpy ints)."""
-    out = []
-    for name, value in (('height', height), ('width', width)):
-        try:
-            ok = not isinstance(value, bool) and operator.index(value) > 0
-        except TypeError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f'Unsupported `{name}` {value!r}, please choose an int > 0')
-        out.append(operator.index(value))
-    return out[0], out[1]

@@ -32,16 +32,16 @@ C++ compiler). Shapes are compiled statically (``dynamic=False``): in
 PyTorch 2.13 inductor's CPU template fails to build with dynamic shapes, so
 every new (grid, batch, dtype) costs one compilation (seconds on CPU).
 """
+import functools
 import math
-import threading
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional
 
 import torch
 from torch import Tensor
 
+from .cache import BoundedCache
 from .irpe import iRPE
-from .irpe_index import (get_index_func, max_index, num_buckets_per_table,
-                         relative_index_1d)
+from .irpe_index import axis_bucket_tables, max_index, num_buckets_per_table
 
 try:  # FlexAttention appeared in PyTorch 2.5
     from torch.nn.attention.flex_attention import \
@@ -53,11 +53,25 @@ except ImportError:  # pragma: no cover - old PyTorch
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
-_COMPILED = None
-_COMPILE_LOCK = threading.Lock()
-# per-axis index tables, keyed by the iRPE config, grid and device; bounded
-_TABLES: Dict[tuple, Dict[str, Tensor]] = {}
-_MAX_TABLES = 32
+#: dtypes FlexAttention compiles for (PyTorch 2.13)
+FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Per-axis index tables of a grid (int32, as the kernel reads them), keyed
+# by the iRPE config, grid and device.
+_TABLE_CACHE = BoundedCache(32)
+
+
+@functools.lru_cache(maxsize=1)
+def compiled_flex_attention() -> Callable:
+    """``torch.compile(flex_attention, dynamic=False)``, made on first use.
+
+    The one registry of compiled kernels: this wrapper, built once (building
+    it imports dynamo, seconds, so not at import); dynamo keeps one kernel
+    per (shapes, dtype, score_mod code) under its own recompile limit.
+    """
+    if not FLEX_AVAILABLE:
+        raise RuntimeError('FlexAttention is not available in PyTorch '
+                           f'{torch.__version__}')
+    return torch.compile(_flex_attention, dynamic=False)
 
 
 def flex_unsupported_reason(device: torch.device,
@@ -81,52 +95,19 @@ def flex_unsupported_reason(device: torch.device,
     return None
 
 
-def compiled_flex_attention() -> Callable:
-    """``torch.compile(flex_attention, dynamic=False)``, built once."""
-    global _COMPILED
-    with _COMPILE_LOCK:
-        if _COMPILED is None:
-            if not FLEX_AVAILABLE:
-                raise RuntimeError('FlexAttention is not available')
-            _COMPILED = torch.compile(_flex_attention, dynamic=False)
-        return _COMPILED
-
-
 def _index_tables(rpe: iRPE, height: int, width: int,
                   device: torch.device) -> Dict[str, Tensor]:
-    """Small per-axis bucket tables of ``rpe`` on a grid (cached).
-
-    Returns:
-        dict: product / cross: ``rows`` (height, height) and ``cols``
-        (width, width), the per-axis bucket of (query coordinate, key
-        coordinate) in ``[0, 2b + 1)``; euclidean / quant: ``dist``
-        (height, width), the bucket of ``(|dy|, |dx|)``. int32.
-    """
+    """:func:`~mmpe.models.layers.irpe_index.axis_bucket_tables` of ``rpe``
+    on a grid, as int32 (cached)."""
     key = (rpe.method, rpe.index, rpe.ratio, rpe.max_distance, height, width,
            device)
-    tabs = _TABLES.get(key)
-    if tabs is not None:
-        return tabs
-    b = max_index(rpe.index, rpe.ratio, rpe.max_distance)
-    args = (rpe.index, rpe.ratio, rpe.max_distance, device)
-    if rpe.method in ('product', 'cross'):
-        tabs = dict(
-            rows=(relative_index_1d(height, *args) + b).int(),
-            cols=(relative_index_1d(width, *args) + b).int())
-    else:
-        # as irpe_index.get_bucket_ids_2d: the index of the undirected
-        # distance, evaluated once per (|dy|, |dx|)
-        func = get_index_func(rpe.index, rpe.ratio, rpe.max_distance)
-        ady = torch.arange(height, device=device)[:, None]
-        adx = torch.arange(width, device=device)[None, :]
-        sq = ady * ady + adx * adx
-        if rpe.method == 'euclidean':
-            sq = sq.to(torch.float32).sqrt().round()
-        tabs = dict(dist=(func(sq) + b).int())
-    if len(_TABLES) >= _MAX_TABLES:
-        _TABLES.pop(next(iter(_TABLES)))
-    _TABLES[key] = tabs
-    return tabs
+
+    def build() -> Dict[str, Tensor]:
+        tables = axis_bucket_tables(height, width, rpe.method, rpe.index,
+                                    rpe.ratio, rpe.max_distance, device)
+        return {name: t.int() for name, t in tables.items()}
+
+    return _TABLE_CACHE.get(key, build)
 
 
 def _term_fn(rpe: iRPE, lut: Tensor, height: int,
@@ -296,14 +277,3 @@ def irpe_flex_attention(query: Tensor,
                                key_padding_mask)
     fn = compiled_flex_attention() if compiled else _flex_attention
     return fn(query, key, value, score_mod=score_mod, scale=scale)
-
-
-def flex_cache_key(query: Tensor, height: int, width: int,
-                   rpes: Tuple[Optional[iRPE], ...],
-                   has_mask: bool) -> tuple:
-    """What a compiled kernel is specialised on (shape, dtype, config)."""
-    cfg = tuple(None if r is None else (r.mode, r.method, r.index, r.ratio,
-                                        r.max_distance, r.skip, r.shared_head)
-                for r in rpes)
-    return (query.device.type, query.dtype, tuple(query.shape), height,
-            width, cfg, has_mask)

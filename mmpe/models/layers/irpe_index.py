@@ -29,7 +29,7 @@ distances) that are broadcast together with integer arithmetic, never from
 ``L x L`` floating-point work.
 """
 import math
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -278,6 +278,50 @@ def _pad_skip(ids: Tensor, skip: int, extra: int) -> Tensor:
     return out
 
 
+def axis_bucket_tables(height: int,
+                       width: int,
+                       method: str = 'product',
+                       index: str = 'piecewise',
+                       ratio: float = 1.9,
+                       max_distance: Optional[int] = None,
+                       device: DeviceType = None) -> Dict[str, Tensor]:
+    """The small per-axis bucket tables every 2D id is made of.
+
+    The one place that evaluates the index function on a grid: the bucket
+    ids of :func:`get_bucket_ids_2d`, the expansion plans of
+    :mod:`~mmpe.models.layers.irpe_plans` and the FlexAttention
+    ``score_mod`` all combine these tables.
+
+    Args:
+        height (int): Grid height.
+        width (int): Grid width.
+        method (str): One of :data:`METHODS`.
+        index (str): 'piecewise' or 'clip'.
+        ratio (float): Ratio of the piecewise function.
+        max_distance (int, optional): ``k`` of the clip function.
+        device (str | torch.device, optional): Device of the result.
+
+    Returns:
+        dict[str, Tensor]: Long tensors, already shifted by ``+b`` into
+        ``[0, 2b + 1)``. product / cross: ``rows`` (height, height) with
+        entry ``[iy, jy] = g(iy - jy) + b`` and ``cols`` (width, width);
+        euclidean / quant: ``dist`` (height, width) with entry
+        ``[|dy|, |dx|]``, the bucket of the undirected distance.
+    """
+    if method not in METHODS:
+        raise ValueError(f'Unsupported `method` {method!r}, please choose '
+                         f'from {METHODS}')
+    b = max_index(index, ratio, max_distance)
+    if method in ('euclidean', 'quant'):
+        return dict(dist=_distance_index_2d(height, width, method, index,
+                                            ratio, max_distance, device) + b)
+    return dict(
+        rows=relative_index_1d(height, index, ratio, max_distance, device) +
+        b,
+        cols=relative_index_1d(width, index, ratio, max_distance, device) +
+        b)
+
+
 def get_bucket_ids_2d(height: int,
                       width: int,
                       method: str = 'product',
@@ -309,27 +353,22 @@ def get_bucket_ids_2d(height: int,
         with ``n = num_buckets_per_table(...)``, i.e. both index the stacked
         table of :func:`get_num_buckets` rows.
     """
-    if method not in METHODS:
-        raise ValueError(f'Unsupported `method` {method!r}, please choose '
-                         f'from {METHODS}')
-    b = max_index(index, ratio, max_distance)
+    tables = axis_bucket_tables(height, width, method, index, ratio,
+                                max_distance, device)
+    side = 2 * max_index(index, ratio, max_distance) + 1
     per_table = num_buckets_per_table(method, index, ratio, max_distance, skip)
     l0 = height * width
     if method in ('euclidean', 'quant'):
-        dist = _distance_index_2d(height, width, method, index, ratio,
-                                  max_distance, device) + b
         ady = _abs_diff(height, device)
         adx = _abs_diff(width, device)
         # (iy, jy) and (ix, jx) broadcast to (iy, ix, jy, jx)
-        ids = dist[ady[:, None, :, None], adx[None, :, None, :]]
+        ids = tables['dist'][ady[:, None, :, None], adx[None, :, None, :]]
         return _pad_skip(ids.reshape(l0, l0), skip, per_table - 1)
 
-    rows = relative_index_1d(height, index, ratio, max_distance, device) + b
-    cols = relative_index_1d(width, index, ratio, max_distance, device) + b
-    rows = rows[:, None, :, None]  # (iy, 1, jy, 1)
-    cols = cols[None, :, None, :]  # (1, ix, 1, jx)
+    rows = tables['rows'][:, None, :, None]  # (iy, 1, jy, 1)
+    cols = tables['cols'][None, :, None, :]  # (1, ix, 1, jx)
     if method == 'product':
-        ids = (rows * (2 * b + 1) + cols).reshape(l0, l0)
+        ids = (rows * side + cols).reshape(l0, l0)
         return _pad_skip(ids, skip, per_table - 1)
     # cross: column ids offset past the row-axis table
     shape = (height, width, height, width)

@@ -3,48 +3,14 @@
 Pure functions build the tables; :class:`SinCosPosEmbed2D` only caches them
 per grid so a stream of differently sized batches does not rebuild them.
 """
-from collections import OrderedDict
-from typing import Callable, Hashable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-
-class BoundedCache:
-    """A least-recently-used dict with at most ``max_size`` entries.
-
-    Position tables depend on the grid, device and dtype; a detector sees
-    many grid sizes, so the cache must evict instead of growing.
-
-    Args:
-        max_size (int): Maximum number of entries kept. Defaults to 16.
-    """
-
-    def __init__(self, max_size: int = 16) -> None:
-        if not isinstance(max_size, int) or max_size <= 0:
-            raise ValueError(f'`cache_size` must be a positive int, got '
-                             f'{max_size!r}')
-        self.max_size = max_size
-        self._data: 'OrderedDict[Hashable, object]' = OrderedDict()
-
-    def get(self, key: Hashable, build: Callable[[], object]) -> object:
-        """Return the entry for ``key``, building and storing it if absent."""
-        if key in self._data:
-            self._data.move_to_end(key)
-            return self._data[key]
-        value = build()
-        self._data[key] = value
-        if len(self._data) > self.max_size:
-            self._data.popitem(last=False)
-        return value
-
-    def clear(self) -> None:
-        self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
+from .cache import BoundedCache
 
 
 def build_sincos_pos_embed_2d(hw_shape: Tuple[int, int],

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .pos_embed_2d import BoundedCache
+from .cache import BoundedCache
 
 
 def build_rope2d(hw_shape: Tuple[int, int],
@@ -83,10 +83,10 @@ def apply_rope2d(x: Tensor, cos: Tensor, sin: Tensor,
     Returns:
         Tensor: Same shape and dtype as ``x``.
     """
-    if x.shape[-2] != num_skip + cos.shape[0]:
+    if x.shape[-2] != num_skip + cos.shape[-2]:
         raise ValueError(
             f'rope2d: sequence length {x.shape[-2]} != num_skip + h * w = '
-            f'{num_skip} + {cos.shape[0]}')
+            f'{num_skip} + {cos.shape[-2]}')
     skip, grid = x[..., :num_skip, :], x[..., num_skip:, :]
     cos, sin = cos.to(grid.dtype), sin.to(grid.dtype)
     grid = grid * cos + _rotate_half_axial(grid) * sin

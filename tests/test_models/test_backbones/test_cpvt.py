@@ -1,6 +1,5 @@
 """CPVT backbone: shapes, every position encoding, masks, freezing, errors,
 and the timm DeiT weight mapping."""
-import importlib.util
 import math
 import os.path as osp
 import subprocess
@@ -11,33 +10,12 @@ import torch
 
 from mmpe.models.backbones import CPVT
 from mmpe.models.layers import resample_pos_embed
+from mmpe.models.utils.timm_vit import timm_vit_to_cpvt
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(
     __file__)))))
 
-
-def _import_timm_mapping():
-    """``timm_vit_to_cpvt`` from wherever it lives (it is moving out of the
-    backbone module, to mmpe/models/utils or the converter script)."""
-    for module in ('mmpe.models.utils', 'mmpe.models.backbones.cpvt'):
-        try:
-            return getattr(importlib.import_module(module),
-                           'timm_vit_to_cpvt')
-        except (ImportError, AttributeError):
-            pass
-    spec = importlib.util.spec_from_file_location(
-        '_timm_vit_to_cpvt_tool',
-        osp.join(REPO, 'tools/model_converters/timm_vit_to_cpvt.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool.timm_vit_to_cpvt
-
-
-timm_vit_to_cpvt = _import_timm_mapping()
-
-HAS_IRPE = importlib.util.find_spec('mmpe.models.layers.irpe') is not None
-POS_ENCODINGS = ['peg', 'none', 'learnable', 'sine', 'rope2d'] + (
-    ['irpe'] if HAS_IRPE else [])
+POS_ENCODINGS = ['peg', 'none', 'learnable', 'sine', 'rope2d', 'irpe']
 # tiny and fast: head dim 8 (a multiple of 4 for rope2d)
 SMALL = dict(embed_dims=16, depth=3, num_heads=2, mlp_ratio=2.)
 _F64_ATOL = 1e-9  # float64 through three blocks
@@ -155,8 +133,8 @@ def test_cpvt_frozen_stages(frozen_stages):
         assert model.blocks[-1].mlp.fc2.weight.grad is not None
 
 
-@pytest.mark.parametrize('pos_encoding', ['peg', 'none', 'sine', 'rope2d'] +
-                         (['irpe'] if HAS_IRPE else []))
+@pytest.mark.parametrize('pos_encoding',
+                         ['peg', 'none', 'sine', 'rope2d', 'irpe'])
 @pytest.mark.parametrize('use_cls_token', [False, True])
 def test_cpvt_padded_batch_equals_single_image(pos_encoding, use_cls_token):
     """With a padding mask every image gets its single-image features."""
@@ -238,7 +216,6 @@ def test_cpvt_arch_aliases_and_registry():
     assert CPVT.arch_zoo['base']['embed_dims'] == 768
 
 
-@pytest.mark.skipif(not HAS_IRPE, reason='mmpe.models.layers.irpe missing')
 @pytest.mark.parametrize('rpe_on', ['k', 'qkv'])
 def test_cpvt_irpe_modules(rpe_on):
     model = _cpvt(
@@ -246,7 +223,9 @@ def test_cpvt_irpe_modules(rpe_on):
         use_cls_token=True,
         rpe_cfg=dict(mode='contextual', method='product', rpe_on=rpe_on))
     attn = model.blocks[0].attn
-    assert sorted(attn.rpe) == sorted(rpe_on)
+    present = [on for on in 'qkv' if getattr(attn, f'rpe_{on}') is not None]
+    assert present == [on for on in 'qkv' if on in rpe_on]
+    assert all(getattr(attn, f'rpe_{on}').skip == 1 for on in present)
     model(torch.randn(1, 3, 40, 30))[0].sum().backward()
 
 

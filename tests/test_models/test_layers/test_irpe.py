@@ -8,7 +8,7 @@ import torch
 
 from mmdet.registry import MODELS
 from mmpe.models.layers import iRPE
-from mmpe.models.layers import irpe as irpe_mod
+from mmpe.models.layers import irpe_plans
 from mmpe.models.layers.irpe_index import get_bucket_ids_2d
 
 # float64 reference vs the module in float64: only summation order differs
@@ -197,7 +197,7 @@ def test_product_reduce_chunks(on, chunk, monkeypatch):
     expected = (out.detach(), x.grad.clone(), rpe.table.grad.clone())
     x.grad, rpe.table.grad = None, None
     # 4 items (batch 2 x 2 heads); one item's temporaries: 20 * 7 * 5
-    monkeypatch.setattr(irpe_mod._ProductPlan, 'max_chunk_elems',
+    monkeypatch.setattr(irpe_plans.ProductPlan, 'max_chunk_elems',
                         chunk * 20 * 7 * 5)
     out = rpe(x, 4, 5)
     out.backward(grad)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mmpe.models.layers import iRPE, iRPEMultiheadAttention
-from mmpe.models.layers import irpe_attention as attn_mod
+from mmpe.models.layers import attention_ops
+from mmpe.models.layers import pe_attention as attn_mod
 from mmpe.models.layers.irpe_flex import (FLEX_AVAILABLE,
                                           flex_unsupported_reason,
                                           irpe_flex_attention)
@@ -120,9 +121,6 @@ def eager_flex(monkeypatch):
         return irpe_flex_attention(*args, **kwargs, compiled=False)
 
     monkeypatch.setattr(attn_mod, 'irpe_flex_attention', spy)
-    monkeypatch.setattr(attn_mod, '_FLEX_KEYS', set())
-    monkeypatch.setattr(attn_mod, '_FLEX_FAILED', set())
-    monkeypatch.setattr(attn_mod, '_WARNED', set())
     return calls
 
 
@@ -163,23 +161,20 @@ def test_explicit_no_grad_path_equals_autograd_path(rpe, rpe_on):
     torch.testing.assert_close(got, want.detach(), atol=ATOL, rtol=0)
 
 
-def test_auto_uses_flex_for_cpu_inference_only(eager_flex, monkeypatch):
-    monkeypatch.setattr(attn_mod, 'FLEX_CPU_MIN_BYTES', 0)
-    m = _module('auto')
+def test_flex_is_never_chosen_automatically(eager_flex):
+    """'explicit' is the default; only attn_impl='flex' takes the fused path.
+    """
+    m = iRPEMultiheadAttention(
+        32, 4, batch_first=True, rpe_cfg=dict(ratio=1.0)).eval()
+    assert m.attn_impl == 'explicit'
     x, pos, mask = _inputs()
-    m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
-    assert not eager_flex  # a backward will be needed: explicit
     with torch.no_grad():
         m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    assert not eager_flex
+    with torch.no_grad():
+        _module('flex')(x, query_pos=pos, key_padding_mask=mask,
+                        spatial_shape=(3, 4))
     assert len(eager_flex) == 1
-
-
-def test_auto_on_cpu_skips_flex_below_the_size_threshold(eager_flex):
-    m = _module('auto')
-    x, pos, mask = _inputs()
-    with torch.no_grad():
-        m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
-    assert not eager_flex  # (2, 4, 12, 12) floats << FLEX_CPU_MIN_BYTES
 
 
 def test_cpu_backward_is_refused_and_flex_falls_back(eager_flex):
@@ -221,9 +216,6 @@ def test_compile_failure_falls_back_once(monkeypatch):
         raise RuntimeError('no C++ compiler')
 
     monkeypatch.setattr(attn_mod, 'irpe_flex_attention', broken)
-    monkeypatch.setattr(attn_mod, '_FLEX_FAILED', set())
-    monkeypatch.setattr(attn_mod, '_FLEX_KEYS', set())
-    monkeypatch.setattr(attn_mod, '_WARNED', set())
     x, pos, mask = _inputs()
     m = _module('flex')
     with torch.no_grad():
@@ -243,7 +235,7 @@ def test_masked_softmax_gradcheck(monkeypatch, inplace):
     """The explicit path's softmax: in place on CPU, out of place on other
     devices (forced here on CPU)."""
     if not inplace:
-        monkeypatch.setattr(attn_mod, '_SOFTMAX_INPLACE_DEVICES', ())
+        monkeypatch.setattr(attention_ops, '_SOFTMAX_INPLACE_DEVICES', ())
     torch.manual_seed(0)
     x = torch.randn(2, 2, 3, 5, dtype=torch.float64, requires_grad=True)
     mask = torch.zeros(2, 1, 1, 5, dtype=torch.float64)
@@ -251,14 +243,14 @@ def test_masked_softmax_gradcheck(monkeypatch, inplace):
 
     def fn(t):
         # (t * 1) is a fresh non-leaf the function may overwrite
-        return attn_mod._MaskedSoftmax.apply(t * 1, mask) * 1
+        return attention_ops._MaskedSoftmax.apply(t * 1, mask) * 1
 
     torch.testing.assert_close(fn(x), (x + mask).softmax(-1))
     assert torch.autograd.gradcheck(fn, (x, ))
 
 
 def test_bad_attn_impl_names_the_choices():
-    with pytest.raises(ValueError, match=r"attn_impl.*'fused'.*'auto'"):
+    with pytest.raises(ValueError, match=r"attn_impl.*'fused'.*'explicit'.*'sdpa'.*'flex'"):
         iRPEMultiheadAttention(32, 4, rpe_cfg={}, attn_impl='fused')
 
 
@@ -273,5 +265,5 @@ def test_compiled_kernel_equals_explicit_on_cpu():
                         spatial_shape=(4, 5))
         got = flex(x, query_pos=pos, key_padding_mask=mask,
                    spatial_shape=(4, 5))
-    assert not attn_mod._FLEX_FAILED, 'the kernel did not compile'
+    assert not flex._flex_failed, 'the kernel did not compile'
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)

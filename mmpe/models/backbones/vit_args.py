@@ -1,0 +1,161 @@
+"""Argument checks of the plain-ViT backbone (:class:`CPVT`).
+
+Pure functions: each takes a user value and returns it normalised, or raises
+a ``ValueError`` naming the field, the value and the valid choices.
+"""
+from typing import Optional, Sequence, Tuple, Union
+
+from ..layers.arg_checks import RPE_ON_CHOICES
+
+#: Every position encoding of the backbone, by the place it acts.
+ABSOLUTE_ENCODINGS = ('learnable', 'sine')
+ATTENTION_ENCODINGS = ('rope2d', 'irpe')
+POS_ENCODINGS = ('peg', 'none') + ABSOLUTE_ENCODINGS + ATTENTION_ENCODINGS
+
+
+def parse_pos_encoding(
+        pos_encoding: Union[str, Sequence[str]]) -> Tuple[str, ...]:
+    """Normalise ``pos_encoding`` to a tuple of encodings that compose.
+
+    One name, or a list composing at most one absolute encoding
+    (:data:`ABSOLUTE_ENCODINGS`), ``'peg'``, and at most one encoding inside
+    attention (:data:`ATTENTION_ENCODINGS`); e.g. the iRPE authors' DeiT is
+    ``('learnable', 'irpe')``. ``'none'`` stands alone and gives ``()``.
+    """
+    names = (pos_encoding, ) if isinstance(pos_encoding, str) else pos_encoding
+    if not isinstance(names, (list, tuple)) or not names:
+        raise ValueError(f'Unsupported `pos_encoding` {pos_encoding!r}, '
+                         f'please choose from {POS_ENCODINGS} or a list of '
+                         'them')
+    for name in names:
+        if name not in POS_ENCODINGS:
+            raise ValueError(f'Unsupported `pos_encoding` entry {name!r}, '
+                             f'please choose from {POS_ENCODINGS}')
+    if len(set(names)) != len(names):
+        raise ValueError(f'`pos_encoding` {pos_encoding!r} names an encoding '
+                         'twice')
+    if 'none' in names:
+        if len(names) > 1:
+            raise ValueError(f"`pos_encoding` {pos_encoding!r}: 'none' "
+                             'cannot be combined with other encodings')
+        return ()
+    for group in (ABSOLUTE_ENCODINGS, ATTENTION_ENCODINGS):
+        if len([n for n in names if n in group]) > 1:
+            raise ValueError(
+                f'`pos_encoding` {pos_encoding!r} combines more than one of '
+                f'{group}; choose one of them')
+    return tuple(names)
+
+
+def parse_rpe_cfg(rpe_cfg: Optional[dict], encodings: Tuple[str, ...],
+                  num_skip: int) -> Tuple[Optional[dict], str]:
+    """iRPE arguments of every block and ``rpe_on`` (None, 'k' without iRPE).
+
+    Defaults ``dict(mode='contextual', method='product', ratio=1.9,
+    rpe_on='k')``; ``skip`` is the number of class tokens.
+    """
+    if 'irpe' not in encodings:
+        if rpe_cfg is not None:
+            raise ValueError(
+                f"`rpe_cfg` is only used with 'irpe' in `pos_encoding`, got "
+                f'pos_encoding={encodings!r}')
+        return None, 'k'
+    cfg = dict(mode='contextual', method='product', ratio=1.9, rpe_on='k')
+    cfg.update(rpe_cfg or {})
+    rpe_on = cfg.pop('rpe_on')
+    if rpe_on not in RPE_ON_CHOICES:
+        raise ValueError(f'Unsupported `rpe_cfg.rpe_on` {rpe_on!r}, '
+                         f'please choose from {RPE_ON_CHOICES}')
+    for key in ('head_dim', 'num_heads', 'on'):
+        if key in cfg:
+            raise ValueError(
+                f'`rpe_cfg.{key}` is set by CPVT; remove it (use '
+                f'`rpe_cfg.rpe_on` to choose q/k/v)')
+    if cfg.get('skip', num_skip) != num_skip:
+        raise ValueError(
+            f"`rpe_cfg.skip` ({cfg['skip']}) must equal the number of "
+            f'skip tokens ({num_skip}, from use_cls_token); leave it out')
+    cfg['skip'] = num_skip
+    return cfg, rpe_on
+
+
+def check_positive(name: str, value) -> None:
+    """Raise unless ``value`` is an int > 0."""
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f'`{name}` must be a positive int, got {value!r}')
+
+
+def check_rates(**rates: float) -> None:
+    """Raise unless every dropout-like rate lies in [0, 1)."""
+    for name, rate in rates.items():
+        if not 0 <= rate < 1:
+            raise ValueError(f'`{name}` must be in [0, 1), got {rate}')
+
+
+def parse_img_size(img_size: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
+    """``img_size`` as a pair of positive ints."""
+    img_size = (img_size, img_size) if isinstance(img_size, int) else img_size
+    if (len(img_size) != 2
+            or not all(isinstance(s, int) and s > 0 for s in img_size)):
+        raise ValueError(f'`img_size` must be a positive int or a pair of '
+                         f'them, got {img_size!r}')
+    return tuple(img_size)
+
+
+def parse_arch(arch: Union[str, dict], arch_zoo: dict,
+               essential_keys: set) -> dict:
+    """A copy of the preset ``arch`` of ``arch_zoo``, or the checked dict."""
+    if isinstance(arch, str):
+        key = arch.lower()
+        if key not in arch_zoo:
+            raise ValueError(f'Unsupported `arch` {arch!r}, please choose '
+                             f'from {sorted(set(arch_zoo))} or pass '
+                             f'a dict with keys '
+                             f'{sorted(essential_keys)}')
+        return dict(arch_zoo[key])
+    if isinstance(arch, dict):
+        missing = essential_keys - set(arch)
+        unknown = set(arch) - essential_keys
+        if missing or unknown:
+            raise ValueError(
+                f'Custom `arch` dict must have exactly the keys '
+                f'{sorted(essential_keys)}; missing '
+                f'{sorted(missing)}, unknown {sorted(unknown)}')
+        return dict(arch)
+    raise ValueError(f'`arch` must be a str or a dict, got {arch!r}')
+
+def parse_out_indices(out_indices: Union[int, Sequence[int]],
+                       depth: int) -> Tuple[int, ...]:
+    """Sorted block indices in ``[0, depth)`` (negatives from the end)."""
+    if isinstance(out_indices, int):
+        out_indices = [out_indices]
+    if not isinstance(out_indices, Sequence) or len(out_indices) == 0:
+        raise ValueError(f'`out_indices` must be an int or a non-empty '
+                         f'sequence of ints, got {out_indices!r}')
+    parsed = []
+    for index in out_indices:
+        if not isinstance(index, int) or not -depth <= index < depth:
+            raise ValueError(
+                f'`out_indices` entry {index!r} is out of range: choose '
+                f'block indices in [{-depth}, {depth - 1}] (depth '
+                f'{depth})')
+        parsed.append(index % depth)
+    return tuple(sorted(set(parsed)))
+
+def parse_peg_positions(peg_positions: Sequence[int],
+                         depth: int) -> Tuple[int, ...]:
+    """Sorted blocks followed by a PEG."""
+    if isinstance(peg_positions, int):
+        peg_positions = [peg_positions]
+    if not isinstance(peg_positions, Sequence) or not peg_positions:
+        raise ValueError(
+            f"`peg_positions` must be a non-empty sequence of block "
+            f"indices in [0, {depth - 1}] for pos_encoding='peg' (use "
+            f"pos_encoding='none' for no position encoding), got "
+            f'{peg_positions!r}')
+    for pos in peg_positions:
+        if not isinstance(pos, int) or not 0 <= pos < depth:
+            raise ValueError(
+                f'`peg_positions` entry {pos!r} is out of range: choose '
+                f'block indices in [0, {depth - 1}] (depth {depth})')
+    return tuple(sorted(set(peg_positions)))

@@ -1,0 +1,41 @@
+"""Argument checks shared by mmpe's position-encoding layers.
+
+Every user-facing configuration error is a ``ValueError`` naming the field,
+the value and the valid choices.
+"""
+import operator
+from typing import Tuple
+
+#: Where iRPE can go inside one attention.
+RPE_ON_CHOICES = ('q', 'k', 'v', 'qk', 'kv', 'qv', 'qkv')
+#: How an attention computes (see :class:`~mmpe.models.layers.PEAttention`).
+ATTN_IMPL_CHOICES = ('explicit', 'sdpa', 'flex')
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """Raise unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f'Unsupported `{name}` {value!r}, please choose from '
+                         f'{choices}')
+
+
+def check_positive_int(name: str, value) -> None:
+    """Raise unless ``value`` is an int > 0 (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            f'Unsupported `{name}` {value!r}, please choose an int > 0')
+
+
+def check_grid(height: int, width: int) -> Tuple[int, int]:
+    """Validate a grid size; accepts any integer type (e.g. numpy ints)."""
+    out = []
+    for name, value in (('height', height), ('width', width)):
+        try:
+            ok = not isinstance(value, bool) and operator.index(value) > 0
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f'Unsupported `{name}` {value!r}, please choose an int > 0')
+        out.append(operator.index(value))
+    return out[0], out[1]

@@ -1,0 +1,359 @@
+"""The one attention of mmpe: scaled dot-product attention with position
+encodings inside it.
+
+For projected queries, keys and values (B, H, L, d) of ``L = skip + h * w``
+tokens it computes, with iRPE (Wu et al., "Rethinking and Improving Relative
+Position Encoding for Vision Transformer", ICCV 2021, Eq. 16-17) and RoPE:
+
+.. math::
+
+    e_{ij} = \\frac{\\tilde q_i \\tilde k_j^T}{\\sqrt d}
+             + \\frac{q_i}{\\sqrt d} r^K_{b(i, j)}
+             + \\frac{k_j}{\\sqrt d} r^Q_{b(j, i)} + m_{ij}, \\quad
+    z_i = \\sum_j \\mathrm{softmax}_j(e_{ij}) (v_j + r^V_{b(i, j)})
+
+where :math:`\\tilde q, \\tilde k` are the RoPE-rotated ``q, k`` (RoPE off:
+``q, k``), :math:`m` the additive key-padding / attention mask, and the
+``r`` terms iRPE's bias (a table entry) or contextual (``x . table``) terms.
+As in the authors' release, ``q`` is scaled before it meets ``r^K`` and ``k``
+before ``r^Q``. Every mmpe attention (the DETR encoder layers, the ViT
+backbone blocks) is a subclass that only adds its projections, so masks,
+skip tokens, dropout and the backends below exist once.
+"""
+import math
+import warnings
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from .arg_checks import ATTN_IMPL_CHOICES, RPE_ON_CHOICES, check_choice
+from .attention_ops import constant_bias, masked_softmax
+from .irpe import iRPE
+from .irpe_flex import (FLEX_DTYPES, flex_unsupported_reason,
+                        irpe_flex_attention)
+from .rope2d import apply_rope2d
+
+
+class PEAttention(BaseModule):
+    """Attention core with iRPE terms, RoPE, key padding and skip tokens.
+
+    Subclasses own the projections (and with them a checkpoint layout) and
+    call :meth:`attend` with ``(B, H, L, head_dim)`` tensors.
+
+    Args:
+        embed_dims (int): Channels C of the tokens.
+        num_heads (int): Heads; must divide ``embed_dims``.
+        attn_drop (float): Dropout on the attention probabilities.
+            Defaults to 0.
+        rpe_cfg (dict, optional): Arguments of :class:`iRPE` other than
+            ``head_dim``, ``num_heads`` and ``on`` (``mode``, ``method``,
+            ``ratio``, ``index``, ``shared_head``, ``skip``, ``init``...).
+            None: no iRPE. Defaults to None.
+        rpe_on (str): Where iRPE goes, one of :data:`RPE_ON_CHOICES`.
+            Defaults to ``'k'``.
+        attn_impl (str): The backend, one of :data:`ATTN_IMPL_CHOICES`.
+            Defaults to ``'explicit'``.
+
+            - ``'explicit'``: logits ``(B, H, L, L)``, the iRPE terms added
+              into them in place, softmax, ``@ v`` (+ iRPE on values). When
+              no gradient flows into the iRPE terms and there is no iRPE on
+              values (inference, frozen tables, no iRPE) the terms are a
+              constant float mask of ``F.scaled_dot_product_attention``, the
+              same arithmetic in a fused kernel.
+            - ``'sdpa'``: the iRPE terms (with their gradient) materialised
+              as the float mask of ``F.scaled_dot_product_attention``.
+              iRPE on values is not possible there (it needs the
+              probabilities).
+            - ``'flex'``: FlexAttention with the terms in a ``score_mod``
+              (:mod:`~mmpe.models.layers.irpe_flex`); opt-in, never chosen
+              automatically. Where it does not apply (iRPE on values, RoPE, an
+              ``attn_mask``, attention dropout while training, no iRPE on q /
+              k, a backward on CPU, another dtype, a failed compilation) the
+              call runs ``'explicit'`` with a warning, once per module.
+        skip (int, optional): Leading tokens outside the grid (class
+            tokens): iRPE gives them its extra bucket, RoPE leaves them
+            unrotated. None: ``rpe_cfg['skip']`` or 0. Defaults to None.
+        init_cfg (dict, optional): Initialisation config. Defaults to None.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 attn_drop: float = 0.,
+                 rpe_cfg: Optional[Dict] = None,
+                 rpe_on: str = 'k',
+                 attn_impl: str = 'explicit',
+                 skip: Optional[int] = None,
+                 init_cfg: Optional[Dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if isinstance(embed_dims, bool) or not isinstance(
+                embed_dims, int) or embed_dims <= 0:
+            raise ValueError(
+                f'`embed_dims` must be a positive int, got {embed_dims!r}')
+        if isinstance(num_heads, bool) or not isinstance(
+                num_heads, int) or num_heads <= 0 or embed_dims % num_heads:
+            raise ValueError(
+                f'`num_heads` must be a positive int dividing `embed_dims` '
+                f'({embed_dims}), got {num_heads!r}')
+        check_choice('rpe_on', rpe_on, RPE_ON_CHOICES)
+        check_choice('attn_impl', attn_impl, ATTN_IMPL_CHOICES)
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.head_dims = embed_dims // num_heads
+        self.attn_drop_prob = float(attn_drop)
+        self.attn_impl = attn_impl
+        self.rpe_cfg = None if rpe_cfg is None else dict(rpe_cfg)
+        cfg_skip = (self.rpe_cfg or {}).get('skip')
+        if skip is None:
+            skip = 0 if cfg_skip is None else cfg_skip
+        elif cfg_skip is not None and cfg_skip != skip:
+            raise ValueError(f'`rpe_cfg.skip` ({cfg_skip!r}) differs from the '
+                             f'attention\'s `skip` ({skip!r}); leave it out')
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise ValueError(
+                f'Unsupported `skip` {skip!r}, please choose an int >= 0')
+        self.skip = skip
+        self.rpe_on = rpe_on if rpe_cfg is not None else ''
+        if attn_impl == 'sdpa' and 'v' in self.rpe_on:
+            raise ValueError(
+                f"Unsupported `rpe_on` {rpe_on!r} with attn_impl='sdpa' (iRPE "
+                "on values needs the attention probabilities), please choose "
+                "`rpe_on` without 'v' or `attn_impl` from ('explicit', "
+                "'flex')")
+        for letter in 'qkv':
+            rpe = None
+            if letter in self.rpe_on:
+                cfg = {
+                    key: value
+                    for key, value in self.rpe_cfg.items()
+                    if key not in ('head_dim', 'num_heads', 'on', 'type',
+                                   'skip')
+                }
+                rpe = iRPE(
+                    head_dim=self.head_dims, num_heads=num_heads, on=letter,
+                    skip=skip, **cfg)
+            setattr(self, f'rpe_{letter}', rpe)
+        self._warned = set()  # messages this module has warned about
+        self._flex_failed = set()  # (device type, dtype) that did not compile
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, C) -> (B, H, L, head_dims)."""
+        bs, n, _ = x.shape
+        return x.view(bs, n, self.num_heads, self.head_dims).transpose(1, 2)
+
+    @staticmethod
+    def merge_heads(x: Tensor) -> Tensor:
+        """(B, H, L, head_dims) -> (B, L, C)."""
+        return x.transpose(1, 2).flatten(2)
+
+    def attend(self,
+               q: Tensor,
+               k: Tensor,
+               v: Tensor,
+               spatial_shape: Optional[Sequence[int]] = None,
+               key_padding_mask: Optional[Tensor] = None,
+               attn_mask: Optional[Tensor] = None,
+               rope: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+        """Attention of projected tokens (module docstring's equation).
+
+        Args:
+            q (Tensor): Queries (B, H, L, head_dims), not scaled.
+            k (Tensor): Keys (B, H, L, head_dims).
+            v (Tensor): Values (B, H, L, head_dims).
+            spatial_shape (tuple[int, int], optional): Token grid ``(h, w)``
+                with ``L = skip + h * w``; required with iRPE.
+            key_padding_mask (Tensor, optional): (B, L) bool, True at padded
+                keys, which get no attention.
+            attn_mask (Tensor, optional): (L, L) bool (True = not allowed) or
+                additive float mask.
+            rope (tuple[Tensor, Tensor], optional): ``(cos, sin)`` of a
+                rotary embedding (e.g. :class:`RoPE2D`), each broadcastable
+                to ``(h * w, head_dims)``; rotates the grid tokens of q and
+                k, skip tokens untouched.
+
+        Returns:
+            Tensor: (B, H, L, head_dims).
+        """
+        height = width = 0
+        if self.rpe_on:
+            height, width = self._check_grid(q, k, spatial_shape)
+        # iRPE reads the unrotated q and k (its terms stay relative)
+        terms_qk = (q, k)
+        if rope is not None:
+            q = apply_rope2d(q, *rope, num_skip=self.skip)
+            k = apply_rope2d(k, *rope, num_skip=self.skip)
+        if key_padding_mask is not None \
+                and key_padding_mask.device.type == 'cpu' \
+                and not key_padding_mask.any():
+            key_padding_mask = None  # nothing padded (no sync on CPU)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        if self.attn_impl == 'flex':
+            out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
+                             height, width, rope is not None)
+            if out is not None:
+                return out
+        args = (q, k, v, terms_qk, attn_mask, key_padding_mask, scale, height,
+                width)
+        if self.attn_impl == 'sdpa' or (
+                self.rpe_v is None and not self._terms_need_grad(*terms_qk)):
+            return self._sdpa(*args)
+        return self._explicit(*args)
+
+    # ------------------------------------------------------------------
+    # backends
+    # ------------------------------------------------------------------
+    def _qk_terms(self, q: Tensor, k: Tensor, scale: float):
+        """(iRPE on k, its input), (iRPE on q, its input) where present."""
+        return [(rpe, x * scale) for rpe, x in ((self.rpe_k, q),
+                                                (self.rpe_q, k))
+                if rpe is not None]
+
+    def _terms_need_grad(self, q: Tensor, k: Tensor) -> bool:
+        return torch.is_grad_enabled() and any(
+            rpe.table.requires_grad or (
+                rpe.mode == 'contextual' and x.requires_grad)
+            for rpe, x in self._qk_terms(q, k, 1.0))
+
+    def _dropout_p(self) -> float:
+        return self.attn_drop_prob if self.training else 0.0
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor,
+                  terms_qk: Tuple[Tensor, Tensor],
+                  attn_mask: Optional[Tensor],
+                  key_padding_mask: Optional[Tensor], scale: float,
+                  height: int, width: int) -> Tensor:
+        """(B, H, L, L) logits with the iRPE terms added in place."""
+        logits = (q * scale) @ k.transpose(-2, -1)  # (B, H, L, L), fresh
+        for rpe, x in self._qk_terms(*terms_qk, scale):
+            logits = rpe(x, height, width, logits=logits)
+        mask = additive_mask(attn_mask, key_padding_mask, logits)
+        attn = masked_softmax(logits, mask)
+        drop = self._dropout_p()
+        if drop > 0:
+            attn = F.dropout(attn, drop, True)
+        out = attn @ v  # (B, H, L, head_dims)
+        if self.rpe_v is not None:
+            out = out + self.rpe_v(attn, height, width)
+        return out
+
+    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor,
+              terms_qk: Tuple[Tensor, Tensor], attn_mask: Optional[Tensor],
+              key_padding_mask: Optional[Tensor], scale: float, height: int,
+              width: int) -> Tensor:
+        """The iRPE terms and masks as the float mask of SDPA."""
+        terms = [(rpe(x, height, width), rpe.mode == 'contextual')
+                 for rpe, x in self._qk_terms(*terms_qk, scale)]
+        mask = additive_mask(attn_mask, key_padding_mask, q)
+        if self._terms_need_grad(*terms_qk):
+            # out of place: autograd forbids in-place adds to the views the
+            # iRPE expansion returns
+            bias = mask
+            for term, _ in terms:
+                bias = term if bias is None else bias + term
+        else:
+            bias = constant_bias(terms, mask)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=self._dropout_p(),
+            scale=scale)
+
+    def _flex(self, q: Tensor, k: Tensor, v: Tensor,
+              attn_mask: Optional[Tensor],
+              key_padding_mask: Optional[Tensor], scale: float, height: int,
+              width: int, has_rope: bool) -> Optional[Tensor]:
+        """The fused path, or None (with a warning) where it does not apply.
+        """
+        reason = self._flex_reason(q, k, v, attn_mask)
+        if has_rope:
+            reason = 'RoPE is not supported'
+        if reason is None:
+            try:
+                return irpe_flex_attention(q.contiguous(), k.contiguous(),
+                                           v.contiguous(), height, width,
+                                           self.rpe_k, self.rpe_q,
+                                           key_padding_mask, scale)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as e:  # compilation (no compiler, inductor bug)
+                self._flex_failed.add((q.device.type, q.dtype))
+                reason = (f'FlexAttention failed on {q.device.type} '
+                          f'({type(e).__name__}: {str(e)[:200]})')
+        self._warn_once(f"{type(self).__name__} attn_impl='flex' falls back "
+                        f'to the explicit backend: {reason}')
+        return None
+
+    def _flex_reason(self, q: Tensor, k: Tensor, v: Tensor,
+                     attn_mask: Optional[Tensor]) -> Optional[str]:
+        """Why the fused path does not apply to this call, or None."""
+        if self.rpe_k is None and self.rpe_q is None:
+            return 'no iRPE on queries or keys'
+        if self.rpe_v is not None:
+            return 'iRPE on values needs the attention probabilities'
+        if attn_mask is not None:
+            return '`attn_mask` is not supported'
+        if self.training and self.attn_drop_prob > 0:
+            return 'attention dropout is not supported'
+        if q.dtype not in FLEX_DTYPES:
+            return f'dtype {q.dtype} is not supported'
+        if (q.device.type, q.dtype) in self._flex_failed:
+            return f'compilation failed before on {q.device.type}'
+        requires_grad = torch.is_grad_enabled() and (
+            q.requires_grad or k.requires_grad or v.requires_grad or any(
+                rpe.table.requires_grad
+                for rpe, _ in self._qk_terms(q, k, 1.0)))
+        return flex_unsupported_reason(q.device, requires_grad)
+
+    def _warn_once(self, msg: str) -> None:
+        if msg not in self._warned:
+            self._warned.add(msg)
+            warnings.warn(msg, stacklevel=4)
+
+    def _check_grid(self, q: Tensor, k: Tensor,
+                    spatial_shape: Optional[Sequence[int]]) -> Tuple[int, int]:
+        if spatial_shape is None:
+            raise ValueError(
+                f'{type(self).__name__} needs `spatial_shape=(height, width)` '
+                f'of the token grid when RPE is on (rpe_on={self.rpe_on!r}); '
+                'got None')
+        height, width = (int(s) for s in spatial_shape)
+        expected = self.skip + height * width
+        if q.shape[2] != expected or k.shape[2] != expected:
+            raise ValueError(
+                f'`spatial_shape` {(height, width)} with skip={self.skip} '
+                f'means {expected} tokens, but query has {q.shape[2]} and '
+                f'key has {k.shape[2]}')
+        return height, width
+
+
+def additive_mask(attn_mask: Optional[Tensor],
+                  key_padding_mask: Optional[Tensor],
+                  like: Tensor) -> Optional[Tensor]:
+    """One float mask (0 / -inf, plus a float ``attn_mask``) that
+    broadcasts to (B, H, L_q, L_k), in the dtype of ``like``.
+
+    Args:
+        attn_mask (Tensor, optional): (L_q, L_k) bool (True = not allowed)
+            or additive float.
+        key_padding_mask (Tensor, optional): (B, L_k) bool, True at padding.
+        like (Tensor): Gives dtype and device.
+
+    Returns:
+        Tensor | None: None when both masks are None.
+    """
+    mask = None
+    if key_padding_mask is not None:
+        # (B, L_k) -> (B, 1, 1, L_k)
+        kpm = key_padding_mask[:, None, None, :].bool()
+        mask = torch.zeros(
+            kpm.shape, dtype=like.dtype,
+            device=like.device).masked_fill_(kpm, float('-inf'))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(
+                attn_mask.shape, dtype=like.dtype,
+                device=like.device).masked_fill_(attn_mask, float('-inf'))
+        attn_mask = attn_mask.to(like.dtype)
+        mask = attn_mask if mask is None else mask + attn_mask
+    return mask

@@ -1,0 +1,142 @@
+"""Pre-norm ViT block (DeiT / timm parameter layout) on the attention core.
+
+``x + attn(norm1(x))`` then ``x + mlp(norm2(x))`` (Dosovitskiy et al. 2021,
+Eq. 2-3), with :class:`~mmpe.models.layers.PEAttention` as the attention,
+so RoPE, iRPE (Wu et al. 2021, Eq. 16-17), key padding and class tokens
+work exactly as in mmpe's DETR encoders.
+"""
+from typing import Optional, Tuple
+
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.drop import DropPath
+from torch import Tensor
+
+from .pe_attention import PEAttention
+
+
+class Mlp(nn.Module):
+    """Transformer feed-forward: fc1 -> GELU -> dropout -> fc2 -> dropout.
+
+    Args:
+        embed_dims (int): Input and output channels C.
+        hidden_dims (int): Hidden channels.
+        drop (float): Dropout after each linear layer. Defaults to 0.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 hidden_dims: int,
+                 drop: float = 0.) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(embed_dims, hidden_dims)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dims, embed_dims)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, N, C) -> (B, N, C)."""
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class ViTAttention(PEAttention):
+    """Self-attention with timm's ``qkv`` / ``proj`` linear layers.
+
+    Args:
+        embed_dims (int): Channels C.
+        num_heads (int): Heads; must divide C.
+        qkv_bias (bool): Bias in the qkv projection. Defaults to True.
+        proj_drop (float): Dropout after the output projection.
+            Defaults to 0.
+        **kwargs: :class:`PEAttention`'s ``attn_drop``, ``rpe_cfg``,
+            ``rpe_on``, ``attn_impl``, ``skip``.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 qkv_bias: bool = True,
+                 proj_drop: float = 0.,
+                 **kwargs) -> None:
+        super().__init__(embed_dims, num_heads, **kwargs)
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self,
+                x: Tensor,
+                hw_shape: Tuple[int, int],
+                rope: Optional[Tuple[Tensor, Tensor]] = None,
+                key_padding_mask: Optional[Tensor] = None) -> Tensor:
+        """Self-attention over ``skip + h * w`` tokens.
+
+        Args:
+            x (Tensor): ``(B, N, C)`` with ``N = skip + h * w``.
+            hw_shape (tuple[int, int]): Token grid ``(h, w)``.
+            rope (tuple[Tensor, Tensor], optional): ``(cos, sin)`` of a
+                rotary embedding, see :meth:`PEAttention.attend`.
+            key_padding_mask (Tensor, optional): ``(B, N)`` bool, True on
+                padded tokens, which are never attended to.
+
+        Returns:
+            Tensor: ``(B, N, C)``.
+        """
+        b, n, c = x.shape
+        # (B, N, 3C) -> (3, B, heads, N, head_dim)
+        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads,
+                                  self.head_dims).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        out = self.attend(q, k, v, hw_shape, key_padding_mask, rope=rope)
+        return self.proj_drop(self.proj(self.merge_heads(out)))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # mmpe < 0.2 kept the tables in a ModuleDict: 'rpe.k.table'
+        for letter in 'qkv':
+            old = f'{prefix}rpe.{letter}.table'
+            if old in state_dict:
+                state_dict[f'{prefix}rpe_{letter}.table'] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class ViTBlock(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm1(x))``, ``x + mlp(...)``.
+
+    Args:
+        embed_dims (int): Channels C.
+        num_heads (int): Attention heads.
+        mlp_ratio (float): Hidden channels of the MLP over C.
+        qkv_bias (bool): Bias in the qkv projection. Defaults to True.
+        drop (float): Dropout after projections. Defaults to 0.
+        drop_path (float): Stochastic depth rate. Defaults to 0.
+        norm_cfg (dict): Norm config. Defaults to LN with eps 1e-6.
+        **attn_kwargs: :class:`PEAttention`'s ``attn_drop``, ``rpe_cfg``,
+            ``rpe_on``, ``attn_impl``, ``skip``.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 mlp_ratio: float = 4.,
+                 qkv_bias: bool = True,
+                 drop: float = 0.,
+                 drop_path: float = 0.,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 **attn_kwargs) -> None:
+        super().__init__()
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = ViTAttention(
+            embed_dims, num_heads, qkv_bias, proj_drop=drop, **attn_kwargs)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else \
+            nn.Identity()
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), drop)
+
+    def forward(self,
+                x: Tensor,
+                hw_shape: Tuple[int, int],
+                rope: Optional[Tuple[Tensor, Tensor]] = None,
+                key_padding_mask: Optional[Tensor] = None) -> Tensor:
+        """(B, N, C) -> (B, N, C); arguments as :class:`ViTAttention`."""
+        x = x + self.drop_path(
+            self.attn(self.norm1(x), hw_shape, rope, key_padding_mask))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
