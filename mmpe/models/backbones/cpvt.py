@@ -25,6 +25,7 @@ from ..layers.peg import PEG
 from ..layers.pos_embed_2d import SinCosPosEmbed2D, resample_pos_embed
 from ..layers.rope2d import RoPE2D
 from ..layers.vit_block import ViTBlock
+from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
                        parse_arch, parse_img_size, parse_out_indices,
                        parse_peg_positions, parse_pos_encoding, parse_rpe_cfg)
@@ -348,7 +349,8 @@ class CPVT(BaseModule):
 
         token_mask = None  # (B, h, w), True on padded tokens
         if padding_mask is not None:
-            token_mask = self._token_padding_mask(padding_mask, hw_shape)
+            token_mask = token_padding_mask(padding_mask, self.patch_size,
+                                            hw_shape)
             if not token_mask.any():
                 token_mask = None
         key_mask = None  # (B, num_skip + h*w)
@@ -401,20 +403,3 @@ class CPVT(BaseModule):
             # (B, h*w, C) -> (B, C, h, w)
             outs.append(out.transpose(1, 2).reshape(x.shape[0], -1, h, w))
         return tuple(outs)
-
-    def _token_padding_mask(self, padding_mask: Tensor,
-                            hw_shape: Tuple[int, int]) -> Tensor:
-        """Pixel mask ``(B, H, W)`` -> token mask ``(B, h, w)``.
-
-        A token is padding only if all of its pixels are.
-        """
-        p = self.patch_size
-        h, w = hw_shape
-        if padding_mask.dim() != 3:
-            raise ValueError(f'`padding_mask` must be (B, H, W), got shape '
-                             f'{tuple(padding_mask.shape)}')
-        valid = (~padding_mask.bool()).unsqueeze(1).float()
-        H, W = valid.shape[-2:]
-        valid = F.pad(valid, (0, w * p - W, 0, h * p - H))
-        valid = F.max_pool2d(valid, p, p)
-        return valid[:, 0] < 0.5

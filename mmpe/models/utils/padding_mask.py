@@ -10,6 +10,7 @@ zero padding at each image's own border (Chu et al. 2021, Sec. 3.2).
 from typing import Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -59,3 +60,22 @@ def padding_mask_from_samples(batch_data_samples: Sequence,
                 'these inputs (pass matching samples, or None for no mask)')
         shapes.append(meta['img_shape'][:2])
     return padding_mask_from_shapes(shapes, (H, W), batch_inputs.device)
+
+
+def token_padding_mask(padding_mask: Tensor, patch_size: int,
+                       hw_shape: Tuple[int, int]) -> Tensor:
+    """Pixel mask ``(B, H, W)`` -> token mask ``(B, h, w)`` of a patch grid.
+
+    A token is padding only if all of its ``patch_size x patch_size``
+    pixels are (pixels past ``H``, ``W`` up to the grid count as padding).
+    """
+    p = patch_size
+    h, w = hw_shape
+    if padding_mask.dim() != 3:
+        raise ValueError(f'`padding_mask` must be (B, H, W), got shape '
+                         f'{tuple(padding_mask.shape)}')
+    valid = (~padding_mask.bool()).unsqueeze(1).float()
+    H, W = valid.shape[-2:]
+    valid = F.pad(valid, (0, w * p - W, 0, h * p - H))
+    valid = F.max_pool2d(valid, p, p)  # 1 where any pixel is valid
+    return valid[:, 0] < 0.5
