@@ -1,8 +1,9 @@
 """Engine helpers: a hook that writes plain checkpoints (stock
 ``torch.load(weights_only=True)`` opens them), scoped weights-only loading
 for the tools, a hook that makes resumed runs repeat uninterrupted ones,
-bf16 autocast training on CPU, and a hook that hands each batch's padding to
-a mask-aware backbone."""
+bf16 autocast training on CPU. ``BackbonePaddingMaskHook`` is kept only to
+name its replacement (the ``PaddingAware*`` detectors) when a config uses it.
+Nothing here acts at import."""
 from .autocast_optim_wrapper import AutocastOptimWrapper
 from .padding_mask_hook import BackbonePaddingMaskHook
 from .plain_checkpoint_hook import PlainCheckpointHook

@@ -120,6 +120,8 @@ def main() -> None:
     import mmpe  # noqa: F401  (registers mmpe modules; safe loading)
     from mmengine.runner import Runner
 
+    from mmpe.engine import safe_checkpoint_loading
+
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -137,7 +139,8 @@ def main() -> None:
         run_cfg.work_dir = osp.join(work_dir, f'scale_{factor:g}')
         run_cfg.launcher = 'none'
         print(f'[eval_resolutions] scale x{factor:g}: ' + '; '.join(changed))
-        metrics = Runner.from_cfg(run_cfg).test()
+        with safe_checkpoint_loading():  # weights-only, also older files
+            metrics = Runner.from_cfg(run_cfg).test()
         results.append(
             dict(scale=factor, resize=changed, metrics=_summary(metrics)))
 

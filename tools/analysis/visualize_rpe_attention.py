@@ -261,7 +261,9 @@ def main(argv: Optional[List[str]] = None) -> str:
     torch.manual_seed(args.seed)
     model = MODELS.build(copy.deepcopy(cfg.model))
     if args.checkpoint:
-        load_checkpoint(model, args.checkpoint, map_location='cpu')
+        from mmpe.engine import safe_checkpoint_loading
+        with safe_checkpoint_loading():  # weights-only, also older files
+            load_checkpoint(model, args.checkpoint, map_location='cpu')
         how = f'checkpoint {osp.basename(args.checkpoint)}'
     else:
         model.init_weights()
