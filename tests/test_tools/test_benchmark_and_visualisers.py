@@ -126,12 +126,22 @@ def test_attention_benchmark_quick_json(tmp_path):
     names = [r['name'] for r in grid['layer']]
     assert names[0] == tool.BASELINE and tool.EQ27 in names
     assert 'mmpe ctx product k' in names and 'mmpe bias product k' in names
+    assert {'mmpe no RPE (sdpa)', 'mmpe bias product k (sdpa)',
+            'mmpe ctx product k (sdpa)', *tool.SOFTMAX_B} <= set(names)
+    assert 'mmpe ctx product k encoder (sdpa)' in [
+        r['name'] for r in grid['encoder']
+    ]
     for group in ('layer', 'encoder'):
         rows = grid[group]
         for key in ('fwd_bwd_time_ratio', 'fwd_time_ratio',
                     'fwd_bwd_mem_ratio', 'fwd_mem_ratio'):
             assert rows[0][key] == pytest.approx(1.0)  # the baseline
             for r in rows:
+                if key.startswith('fwd_') and not key.startswith(
+                        'fwd_bwd') and r['name'] in tool.SOFTMAX_B:
+                    # the A/B rows time fwd+bwd only
+                    assert r[key] is None, (r['name'], key)
+                    continue
                 assert r[key] is not None and r[key] > 0, (r['name'], key)
         for r in rows:
             assert len(r['fwd_bwd_ms_all']) == res['args']['rounds']
@@ -139,6 +149,44 @@ def test_attention_benchmark_quick_json(tmp_path):
         'ctx_product_k_time', 'ctx_product_k_memory', 'bias_time',
         'eq27_speedup'
     }
+    ab = grid['softmax_ab']
+    assert set(ab) == {*tool.SOFTMAX_B, 'keep_private_aten'}
+    for name in tool.SOFTMAX_B:
+        assert ab[name]['ratio'] > 0
+        assert len(ab[name]['round_ratios']) == res['args']['rounds']
+
+
+@pytest.mark.parametrize('add_', [False, True])
+def test_attention_benchmark_plain_softmax_is_the_same_layer(add_):
+    """The A/B's plain variant computes what the in-place softmax does
+    (forward and backward), and only inside its block."""
+    from mmpe.models.layers import iRPEMultiheadAttention, pe_attention
+    tool = _tool('benchmark', 'attention.py')
+    torch.manual_seed(0)
+    layer = iRPEMultiheadAttention(
+        16, 2, batch_first=True, rpe_cfg=tool._rpe_cfg('ctx', 'product'),
+        rpe_on='k', attn_impl='explicit')
+    x = torch.randn(2, 12, 16)
+    mask = torch.zeros(2, 12, dtype=torch.bool)
+    mask[1, -3:] = True
+    grad = torch.randn(2, 12, 16)
+
+    def run():
+        xg = x.clone().requires_grad_()
+        layer.zero_grad()
+        out = layer(xg, key_padding_mask=mask, spatial_shape=(3, 4))
+        out.backward(grad)
+        return out.detach(), xg.grad, layer.rpe_k.table.grad.clone()
+
+    original = pe_attention.masked_softmax
+    want = run()
+    with tool.plain_softmax(add_):
+        assert pe_attention.masked_softmax is not original
+        got = run()
+    assert pe_attention.masked_softmax is original
+    for g, w in zip(got, want):
+        # same float32 arithmetic up to the softmax's rounding
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
 def test_train_step_benchmark_quick_json(tmp_path):

@@ -19,16 +19,32 @@ Rows (layer level):
   of what mmpe improves on: the (B, H, L, num_buckets) lookup ``q @ R^T`` is
   flattened and indexed with ``i * num_buckets + bucket(i, j)`` (an (L, L)
   long index), added to the logits, then ``masked_fill``, softmax, ``@ v``;
-* ``mmpe ... (flex)`` - ``attn_impl='flex'`` (FlexAttention, compiled once
-  per shape before timing). On CPU only the forward exists in PyTorch 2.13,
-  so its fwd+bwd columns are empty there.
+* ``mmpe ... (sdpa)`` - ``attn_impl='sdpa'``: the iRPE terms on queries /
+  keys materialised (with their gradient) as the float mask of
+  ``F.scaled_dot_product_attention`` (no iRPE on values there);
+* ``mmpe ctx product k (plain softmax)`` and ``(plain softmax, add_)`` - the
+  explicit ``mmpe ctx product k`` row with, for that row's calls only,
+  ``mmpe.models.layers.pe_attention.masked_softmax`` (the in-place softmax
+  built on the private ``aten._softmax.out`` /
+  ``_softmax_backward_data.out``) replaced by ``torch.softmax(logits +
+  mask, -1)``, resp. by ``logits.add_(mask)`` then ``torch.softmax(logits,
+  -1)`` (see :func:`plain_softmax`). The A/B of issue 11 item 5; fwd+bwd
+  only, since without gradient the explicit backend runs SDPA and never
+  calls the softmax;
+* ``mmpe ... (flex)`` - ``attn_impl='flex'`` (FlexAttention, opt-in, never
+  chosen automatically; compiled once per shape before timing). On CPU
+  only the forward exists in PyTorch 2.13, so its fwd+bwd columns are empty
+  there.
+
+Encoder rows: the same backends on a 6-layer encoder (``... encoder``).
 
 What is measured, per row:
 
 * ``fwd+bwd ms``: wall time of ``out = layer(x, ...)`` then
   ``out.backward(g)`` with ``x`` requiring grad (training); ``fwd ms``: wall
   time of the forward under ``torch.no_grad()`` (inference; here mmpe's
-  explicit path hands the iRPE terms to ``scaled_dot_product_attention``).
+  explicit backend hands the constant iRPE terms to
+  ``scaled_dot_product_attention``, as ``'sdpa'`` does).
   Rows are run round-robin (one repetition of every row, then the next
   round), after one warm-up round; the median over ``--rounds`` rounds is
   reported, and every ratio divides by the baseline's median from the same
@@ -51,6 +67,7 @@ Run on a quiet machine (``uptime``: load below the number of cores)::
     python tools/benchmark/attention.py --quick --out /tmp/quick.json
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -61,7 +78,7 @@ import sys
 import time
 import warnings
 from datetime import datetime, timezone
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +93,7 @@ from mmdet.models.layers import DetrTransformerEncoder  # noqa: E402
 
 from mmpe.models.detectors.detr_irpe import \
     iRPEDetrTransformerEncoder  # noqa: E402
+from mmpe.models.layers import pe_attention  # noqa: E402
 from mmpe.models.layers.irpe_attention import \
     iRPEMultiheadAttention  # noqa: E402
 from mmpe.models.layers.irpe_flex import \
@@ -83,6 +101,13 @@ from mmpe.models.layers.irpe_flex import \
 
 BASELINE = 'mmcv MHA'
 EQ27 = 'Eq.27-28 ctx product k'
+# the softmax A/B of issue 11 item 5: in-place private-ATen softmax (A)
+# against public torch.softmax (B); the private calls stay only if
+# B / A >= SOFTMAX_KEEP (fwd+bwd at 25 x 42)
+SOFTMAX_A = 'mmpe ctx product k'
+SOFTMAX_B = ('mmpe ctx product k (plain softmax)',
+             'mmpe ctx product k (plain softmax, add_)')
+SOFTMAX_KEEP = 1.10
 MODES = {'bias': ('k', 'qk'), 'ctx': ('k', 'qk', 'qkv')}
 METHODS = ('product', 'cross', 'euclidean', 'quant')
 # Targets of issue 5 (CPU, 25 x 42, fwd+bwd), checked on the layer rows
@@ -111,9 +136,9 @@ class Eq27Attention(iRPEMultiheadAttention):
                   spatial_shape: Tuple[int, int]) -> Tensor:
         w_q, w_k, w_v = self.attn.in_proj_weight.chunk(3)
         b_q, b_k, b_v = self.attn.in_proj_bias.chunk(3)
-        q = self._split_heads(F.linear(query, w_q, b_q))
-        k = self._split_heads(F.linear(key, w_k, b_k))
-        v = self._split_heads(F.linear(value, w_v, b_v))
+        q = self.split_heads(F.linear(query, w_q, b_q))
+        k = self.split_heads(F.linear(key, w_k, b_k))
+        v = self.split_heads(F.linear(value, w_v, b_v))
         q = q * (1.0 / math.sqrt(self.head_dims))
         bs, heads, n, _ = q.shape
         height, width = spatial_shape
@@ -132,6 +157,35 @@ class Eq27Attention(iRPEMultiheadAttention):
                 key_padding_mask[:, None, None, :].bool(), float('-inf'))
         out = logits.softmax(-1) @ v
         return self.attn.out_proj(out.transpose(1, 2).flatten(2))
+
+
+# ---------------------------------------------------------------------------
+# the plain-softmax variant of the A/B
+# ---------------------------------------------------------------------------
+def _softmax_plus(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """``torch.softmax(logits + mask, -1)``: public ops, new buffers."""
+    return torch.softmax(logits if mask is None else logits + mask, -1)
+
+
+def _softmax_add_(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """The mask added into the (fresh) logits, then ``torch.softmax``."""
+    if mask is not None:
+        logits.add_(mask)
+    return torch.softmax(logits, -1)
+
+
+@contextlib.contextmanager
+def plain_softmax(in_place_mask: bool = False) -> Iterator[None]:
+    """Within the block, :class:`PEAttention`'s explicit backend uses a
+    public ``torch.softmax`` instead of its in-place ``masked_softmax``
+    (for one benchmark row; mmpe itself has no such switch)."""
+    saved = pe_attention.masked_softmax
+    pe_attention.masked_softmax = (
+        _softmax_add_ if in_place_mask else _softmax_plus)
+    try:
+        yield
+    finally:
+        pe_attention.masked_softmax = saved
 
 
 # ---------------------------------------------------------------------------
@@ -196,6 +250,28 @@ def layer_rows(args: argparse.Namespace, device: torch.device,
                     attn_impl='explicit', **common)
                 rows.append((f'mmpe {mode} {method} {on}', m, irpe_call, True,
                              True))
+    for name, add_ in zip(SOFTMAX_B, (False, True)):
+
+        def plain_call(m, x, s, add_=add_):
+            with plain_softmax(add_):
+                return irpe_call(m, x, s)
+
+        rows.append((name,
+                     iRPEMultiheadAttention(
+                         dims, heads, rpe_cfg=_rpe_cfg('ctx', 'product'),
+                         rpe_on='k', attn_impl='explicit', **common),
+                     plain_call, True, False))
+    rows.append(('mmpe no RPE (sdpa)',
+                 iRPEMultiheadAttention(
+                     dims, heads, rpe_cfg=None, attn_impl='sdpa', **common),
+                 irpe_call, True, True))
+    for mode in ('bias', 'ctx'):
+        for on in ('k', 'qk'):
+            m = iRPEMultiheadAttention(
+                dims, heads, rpe_cfg=_rpe_cfg(mode, 'product'), rpe_on=on,
+                attn_impl='sdpa', **common)
+            rows.append((f'mmpe {mode} product {on} (sdpa)', m, irpe_call,
+                         True, True))
     rows.append((EQ27,
                  Eq27Attention(dims, heads,
                                rpe_cfg=_rpe_cfg('ctx', 'product'),
@@ -247,15 +323,16 @@ def encoder_rows(args: argparse.Namespace, device: torch.device,
              True, True)]
     for mode, on, impl in (('ctx', 'k', 'explicit'), ('bias', 'k',
                                                       'explicit'),
-                           ('ctx', 'qkv', 'explicit'), ('ctx', 'k', 'flex')):
+                           ('ctx', 'qkv', 'explicit'), ('ctx', 'k', 'sdpa'),
+                           ('ctx', 'k', 'flex')):
         enc = iRPEDetrTransformerEncoder(
             num_layers=n,
             layer_cfg=layer_cfg(
                 rpe_cfg=_rpe_cfg(mode, 'product'), rpe_on=on,
                 attn_impl=impl))
         flex = impl == 'flex'
-        name = f'mmpe {mode} product {on} encoder' + (' (flex)'
-                                                      if flex else '')
+        name = f'mmpe {mode} product {on} encoder' + (
+            '' if impl == 'explicit' else f' ({impl})')
         rows.append((name, enc, irpe_call,
                      flex_ok['fwd_bwd'] if flex else True,
                      flex_ok['fwd'] if flex else True))
@@ -446,7 +523,7 @@ def check_targets(layer: List[dict]) -> Dict[str, dict]:
             met=ctx['fwd_bwd_mem_ratio'] <= TARGETS['ctx_product_k_memory'])
     bias = [
         r for n, r in by.items()
-        if n.startswith('mmpe bias') and '(flex)' not in n
+        if n.startswith('mmpe bias') and not n.endswith(')')
         and r['fwd_bwd_time_ratio'] is not None
     ]
     if bias:
@@ -466,18 +543,46 @@ def check_targets(layer: List[dict]) -> Dict[str, dict]:
     return res
 
 
+def softmax_ab(layer: List[dict]) -> Dict[str, dict]:
+    """Item 5 of issue 11: fwd+bwd time of each plain-softmax row over the
+    in-place softmax row, and whether the private ATen calls earn their
+    place (every plain variant at least ``SOFTMAX_KEEP`` times slower)."""
+    by = {r['name']: r for r in layer}
+    a = by.get(SOFTMAX_A)
+    if not a or not a['fwd_bwd_ms']:
+        return {}
+    res = {}
+    for name in SOFTMAX_B:
+        b = by.get(name)
+        if b and b['fwd_bwd_ms']:
+            # per-round ratios too: the rounds are interleaved, so each
+            # pair saw the same background load
+            pairs = zip(b['fwd_bwd_ms_all'], a['fwd_bwd_ms_all'])
+            res[name] = dict(
+                in_place_ms=a['fwd_bwd_ms'],
+                plain_ms=b['fwd_bwd_ms'],
+                ratio=b['fwd_bwd_ms'] / a['fwd_bwd_ms'],
+                round_ratios=[pb / pa for pb, pa in pairs],
+                in_place_peak_mb=a['fwd_bwd_peak_mb'],
+                plain_peak_mb=b['fwd_bwd_peak_mb'])
+    if res:
+        res['keep_private_aten'] = all(r['ratio'] >= SOFTMAX_KEEP
+                                       for r in res.values())
+    return res
+
+
 def _fmt(v: Optional[float], spec: str) -> str:
     return '-' if v is None else format(v, spec)
 
 
 def print_table(title: str, recs: List[dict]) -> None:
     print(f'\n{title}')
-    head = (f'{"row":<34}{"fwd+bwd ms":>11}{"x":>6}{"fwd ms":>9}{"x":>6}'
+    head = (f'{"row":<40}{"fwd+bwd ms":>11}{"x":>6}{"fwd ms":>9}{"x":>6}'
             f'{"peak MB":>9}{"x":>6}{"fwd MB":>8}{"x":>6}')
     print(head)
     print('-' * len(head))
     for r in recs:
-        print(f'{r["name"]:<34}'
+        print(f'{r["name"]:<40}'
               f'{_fmt(r["fwd_bwd_ms"], ".1f"):>11}'
               f'{_fmt(r["fwd_bwd_time_ratio"], ".2f"):>6}'
               f'{_fmt(r["fwd_ms"], ".1f"):>9}'
@@ -544,7 +649,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.grids, args.dims, args.heads = [(6, 8)], 64, 4
         args.rounds, args.encoder_layers, args.no_flex = 2, 2, True
         if args.variants is None:
-            args.variants = 'no RPE|ctx product k$|bias product k$|Eq|encoder'
+            args.variants = ('no RPE|ctx product k|bias product k$|'
+                             r'bias product k \(sdpa\)|Eq|encoder')
     return args
 
 
@@ -623,12 +729,22 @@ def main(argv: Optional[List[str]] = None) -> dict:
                     rows, inputs, args.profile, device)
             del rows
         res['targets'] = check_targets(res['layer'])
+        res['softmax_ab'] = softmax_ab(res['layer'])
         results['grids'][key] = res
         if res['targets']:
             print('\ntargets (layer, fwd+bwd):')
             for name, t in res['targets'].items():
                 print(f'  {name}: {t["value"]:.2f} (limit {t["limit"]}) '
                       f'{"met" if t["met"] else "NOT met"}')
+        if res['softmax_ab']:
+            print('\nsoftmax A/B (layer, fwd+bwd, plain / in-place private '
+                  f'ATen; keep the private calls if >= {SOFTMAX_KEEP}):')
+            for name, t in res['softmax_ab'].items():
+                if name != 'keep_private_aten':
+                    print(f'  {name}: {t["plain_ms"]:.1f} / '
+                          f'{t["in_place_ms"]:.1f} ms = {t["ratio"]:.2f}')
+            print(f'  keep private ATen calls: '
+                  f'{res["softmax_ab"]["keep_private_aten"]}')
     env['load_avg_end'] = (os.getloadavg()
                            if hasattr(os, 'getloadavg') else None)
     if args.out:
