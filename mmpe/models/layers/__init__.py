@@ -9,6 +9,7 @@ from .peg import PEG
 from .pos_embed_2d import (SinCosPosEmbed2D, build_sincos_pos_embed_2d,
                            resample_pos_embed)
 from .rope2d import RoPE2D, apply_rope2d, build_rope2d
+from .rope_mixed import RoPEMixed, init_mixed_freqs
 from .vit_block import Mlp, ViTAttention, ViTBlock
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     'get_num_buckets', 'num_buckets_per_table', 'iRPEMultiheadAttention',
     'PEAttention', 'ViTAttention', 'ViTBlock', 'Mlp', 'PEG', 'BoundedCache',
     'CacheInfo', 'SinCosPosEmbed2D', 'build_sincos_pos_embed_2d',
-    'resample_pos_embed', 'RoPE2D', 'apply_rope2d', 'build_rope2d'
+    'resample_pos_embed', 'RoPE2D', 'apply_rope2d', 'build_rope2d',
+    'RoPEMixed', 'init_mixed_freqs'
 ]
