@@ -24,6 +24,7 @@ from torch import Tensor
 from ..layers.peg import PEG
 from ..layers.pos_embed_2d import SinCosPosEmbed2D, resample_pos_embed
 from ..layers.rope2d import RoPE2D
+from ..layers.rope_mixed import RoPEMixed
 from ..layers.vit_block import ViTBlock
 from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
@@ -47,14 +48,18 @@ class CPVT(BaseModule):
       bicubically to each input's grid (as DeiT at 384).
     - ``'sine'``: fixed 2D sin-cos embedding added to the patch tokens.
     - ``'rope2d'``: axial 2D rotary embedding of q and k in every block.
+    - ``'rope-mixed'``: RoPE-Mixed (Heo et al., ECCV 2024), learnable
+      per-head frequencies mixing x and y, one set per block (as timm's
+      ``vit_*_rope_mixed_*``; weights via ``timm_vit_to_cpvt``).
     - ``'irpe'``: iRPE (Wu et al., ICCV 2021) in every block's attention,
       configured by ``rpe_cfg``.
 
     A list composes them: at most one absolute encoding (``'learnable'`` or
-    ``'sine'``), ``'peg'``, and at most one inside attention (``'rope2d'``
-    or ``'irpe'``). The iRPE authors' DeiT models are ``pos_encoding=
-    ('learnable', 'irpe')`` with ``use_cls_token=True`` (the class token is
-    iRPE's skip token); see ``tools/model_converters/deit_irpe_to_mmpe.py``.
+    ``'sine'``), ``'peg'``, and at most one inside attention (``'rope2d'``,
+    ``'rope-mixed'`` or ``'irpe'``). The iRPE authors' DeiT models are
+    ``pos_encoding=('learnable', 'irpe')`` with ``use_cls_token=True`` (the
+    class token is iRPE's skip token); see
+    ``tools/model_converters/deit_irpe_to_mmpe.py``.
 
     Inputs of any size are padded bottom/right to a multiple of the patch
     size; outputs are NCHW maps at stride ``patch_size`` covering the padded
@@ -101,7 +106,8 @@ class CPVT(BaseModule):
             Defaults to True.
         sine_temperature (float): Temperature of ``'sine'``.
             Defaults to 10000.
-        rope_theta (float): Frequency base of ``'rope2d'``. Defaults to 100.
+        rope_theta (float, optional): Frequency base of ``'rope2d'`` /
+            ``'rope-mixed'``. Defaults to None: 100 / 10 (Heo et al.).
         rpe_cfg (dict, optional): For ``'irpe'``: arguments of
             ``mmpe.models.layers.iRPE`` other than ``head_dim``,
             ``num_heads``, ``on`` and ``skip`` (set from
@@ -114,8 +120,8 @@ class CPVT(BaseModule):
             PEAttention`). Defaults to 'explicit'.
         frozen_stages (int): -1 freezes nothing; 0 the patch embedding,
             class token and position table; ``k >= 1`` also blocks
-            ``0 .. k-1`` and their PEGs; ``depth`` also the final norm.
-            Defaults to -1.
+            ``0 .. k-1``, their PEGs and RoPE-Mixed frequencies;
+            ``depth`` also the final norm. Defaults to -1.
         init_cfg (dict | list[dict], optional): Initialisation config, e.g.
             ``dict(type='Pretrained', checkpoint=...)`` with a file made by
             ``tools/model_converters/timm_vit_to_cpvt.py``.
@@ -123,24 +129,12 @@ class CPVT(BaseModule):
     """
 
     arch_zoo = {
-        **dict.fromkeys(['t', 'tiny', 'deit-t', 'deit-tiny'], {
-            'embed_dims': 192,
-            'depth': 12,
-            'num_heads': 3,
-            'mlp_ratio': 4.
-        }),
-        **dict.fromkeys(['s', 'small', 'deit-s', 'deit-small'], {
-            'embed_dims': 384,
-            'depth': 12,
-            'num_heads': 6,
-            'mlp_ratio': 4.
-        }),
-        **dict.fromkeys(['b', 'base', 'deit-b', 'deit-base'], {
-            'embed_dims': 768,
-            'depth': 12,
-            'num_heads': 12,
-            'mlp_ratio': 4.
-        }),
+        **dict.fromkeys(['t', 'tiny', 'deit-t', 'deit-tiny'], dict(
+            embed_dims=192, depth=12, num_heads=3, mlp_ratio=4.)),
+        **dict.fromkeys(['s', 'small', 'deit-s', 'deit-small'], dict(
+            embed_dims=384, depth=12, num_heads=6, mlp_ratio=4.)),
+        **dict.fromkeys(['b', 'base', 'deit-b', 'deit-base'], dict(
+            embed_dims=768, depth=12, num_heads=12, mlp_ratio=4.)),
     }
     essential_keys = {'embed_dims', 'depth', 'num_heads', 'mlp_ratio'}
     POS_ENCODINGS = POS_ENCODINGS
@@ -162,7 +156,7 @@ class CPVT(BaseModule):
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  final_norm: bool = True,
                  sine_temperature: float = 10000.,
-                 rope_theta: float = 100.,
+                 rope_theta: Optional[float] = None,
                  rpe_cfg: Optional[dict] = None,
                  attn_impl: str = 'explicit',
                  frozen_stages: int = -1,
@@ -224,7 +218,13 @@ class CPVT(BaseModule):
         if 'sine' in encodings:
             self.sincos = SinCosPosEmbed2D(embed_dims, sine_temperature)
         if 'rope2d' in encodings:
-            self.rope = RoPE2D(embed_dims // num_heads, rope_theta)
+            self.rope = RoPE2D(embed_dims // num_heads,
+                               100. if rope_theta is None else rope_theta)
+        # RoPE-Mixed: learnable frequencies of each block (ropes[i])
+        self.ropes = nn.ModuleList(
+            RoPEMixed(embed_dims // num_heads, num_heads,
+                      10. if rope_theta is None else rope_theta)
+            for _ in range(depth if 'rope-mixed' in encodings else 0))
         self.drop_after_pos = nn.Dropout(drop_rate)
 
         block_rpe_cfg, rpe_on = parse_rpe_cfg(rpe_cfg, encodings,
@@ -294,6 +294,7 @@ class CPVT(BaseModule):
         frozen: List[nn.Module] = [self.patch_embed]
         params = [self.cls_token, self.pos_embed]
         frozen += [self.blocks[i] for i in range(self.frozen_stages)]
+        frozen += list(self.ropes)[:self.frozen_stages]
         frozen += [
             peg for pos, peg in zip(self.peg_positions, self.pegs)
             if pos < self.frozen_stages
@@ -374,6 +375,8 @@ class CPVT(BaseModule):
         pegs = dict(zip(self.peg_positions, self.pegs))
         tokens = []
         for i, block in enumerate(self.blocks):
+            if self.ropes:
+                rope = self.ropes[i](hw_shape, x.device, x.dtype)
             x = block(x, hw_shape, rope, key_mask)
             if i in pegs:
                 x = pegs[i](x, hw_shape, token_mask, self.num_skip)

@@ -9,7 +9,7 @@ from ..layers.arg_checks import RPE_ON_CHOICES
 
 #: Every position encoding of the backbone, by the place it acts.
 ABSOLUTE_ENCODINGS = ('learnable', 'sine')
-ATTENTION_ENCODINGS = ('rope2d', 'irpe')
+ATTENTION_ENCODINGS = ('rope2d', 'rope-mixed', 'irpe')
 POS_ENCODINGS = ('peg', 'none') + ABSOLUTE_ENCODINGS + ATTENTION_ENCODINGS
 
 
