@@ -19,13 +19,17 @@ ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 
 
 def load_generator() -> ModuleType:
-    """``mmpe/datasets/synthetic_coco.py`` on its own (numpy + OpenCV only).
+    """The ``mmpe/datasets`` package on its own (numpy + OpenCV only).
 
     ``import mmpe`` would also import torch and mmdet to register the models
-    (several seconds), which generating images does not need.
+    (several seconds), which generating images does not need. Loaded as a
+    package so that its modules' relative imports resolve.
     """
-    path = osp.join(ROOT, 'mmpe', 'datasets', 'synthetic_coco.py')
-    spec = importlib.util.spec_from_file_location('_mmpe_synthetic_coco', path)
+    pkg_dir = osp.join(ROOT, 'mmpe', 'datasets')
+    spec = importlib.util.spec_from_file_location(
+        '_mmpe_datasets',
+        osp.join(pkg_dir, '__init__.py'),
+        submodule_search_locations=[pkg_dir])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here
     spec.loader.exec_module(module)
