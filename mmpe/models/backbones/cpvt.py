@@ -220,7 +220,6 @@ class CPVT(BaseModule):
         if 'rope2d' in encodings:
             self.rope = RoPE2D(embed_dims // num_heads,
                                100. if rope_theta is None else rope_theta)
-        # RoPE-Mixed: learnable frequencies of each block (ropes[i])
         self.ropes = nn.ModuleList(
             RoPEMixed(embed_dims // num_heads, num_heads,
                       10. if rope_theta is None else rope_theta)

@@ -93,6 +93,32 @@ def test_timm_rope_mixed_fixed_size_model(timm):
             atol=_F32_ATOL, rtol=_F32_ATOL)
 
 
+def test_timm_rope_mixed_ape_equals_learnable_plus_rope_mixed(timm):
+    """``vit_*_rope_mixed_ape_*``: a grid-only absolute table (no class
+    row) beside RoPE-Mixed == CPVT ('learnable', 'rope-mixed')."""
+    torch.manual_seed(0)
+    model = timm.create_model(
+        'vit_small_patch16_rope_mixed_ape_224', pretrained=False,
+        img_size=64, depth=ARCH['depth'], embed_dim=ARCH['embed_dims'],
+        num_heads=ARCH['num_heads']).eval()
+    with torch.no_grad():
+        model.pos_embed.normal_()
+        for block in model.blocks:
+            block.gamma_1.fill_(1.)
+            block.attn.qkv.weight.mul_(10.)
+    encodings = ('learnable', 'rope-mixed')
+    ours = CPVT(arch=ARCH, img_size=64, pos_encoding=encodings,
+                use_cls_token=True).eval()
+    ours.load_state_dict(
+        timm_vit_to_cpvt(model.state_dict(), encodings, True), strict=True)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        for mine, ref in zip(ours.forward_tokens(x)[0],
+                             _timm_tokens(model, x)):
+            torch.testing.assert_close(mine, ref, atol=_F32_ATOL,
+                                       rtol=_F32_ATOL)
+
+
 def test_timm_rope_mixed_without_rope_target_drops_freqs(timm):
     model = _timm_rope_mixed(timm)
     state = timm_vit_to_cpvt(model.state_dict(), 'peg', False)
