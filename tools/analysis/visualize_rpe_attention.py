@@ -72,8 +72,8 @@ def attention_probs(attn, query: Tensor, key: Tensor,
     w_q, w_k, _ = attn.attn.in_proj_weight.chunk(3)
     b_q, b_k, _ = attn.attn.in_proj_bias.chunk(3)
     # (bs, n, dims) -> (bs, heads, n, head_dims)
-    q = attn._split_heads(F.linear(query, w_q, b_q))
-    k = attn._split_heads(F.linear(key, w_k, b_k))
+    q = attn.split_heads(F.linear(query, w_q, b_q))
+    k = attn.split_heads(F.linear(key, w_k, b_k))
     scale = 1.0 / math.sqrt(attn.head_dims)
     q = q * scale
     logits = q[:, :, index:index + 1] @ k.transpose(-2, -1)  # (bs, H, 1, n)
