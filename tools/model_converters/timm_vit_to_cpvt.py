@@ -44,10 +44,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('dst', help='output .pth for init_cfg Pretrained')
     parser.add_argument(
         '--pos-encoding',
-        default='peg',
+        default=['peg'],
+        nargs='+',
         choices=CPVT.POS_ENCODINGS,
-        help='pos_encoding of the target CPVT (the table is kept only for '
-        "'learnable')")
+        help='pos_encoding of the target CPVT, one name or several that '
+        "compose (e.g. learnable rope-mixed); the table is kept only with "
+        "'learnable'")
     parser.add_argument(
         '--use-cls-token',
         action='store_true',
@@ -57,6 +59,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if len(args.pos_encoding) == 1:
+        args.pos_encoding = args.pos_encoding[0]
     state_dict = timm_vit_to_cpvt(
         load_timm_state_dict(args.src),
         pos_encoding=args.pos_encoding,
