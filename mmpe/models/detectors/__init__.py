@@ -1,10 +1,17 @@
-from .detr_irpe import (iRPEDETR, iRPEDetrTransformerEncoder,
-                        iRPEDetrTransformerEncoderLayer)
+from .conditional_detr_irpe import iRPEConditionalDETR
+from .dab_detr_irpe import iRPEDABDETR
+from .detr_irpe import iRPEDETR
+from .irpe_encoder_mixin import iRPEEncoderMixin
+from .irpe_encoders import (iRPEDABDetrTransformerEncoder,
+                            iRPEDetrTransformerEncoder,
+                            iRPEDetrTransformerEncoderLayer)
 from .padding_aware import (PaddingAwareDETR, PaddingAwareMaskRCNN,
                             PaddingAwareMixin, PaddingAwareRetinaNet)
 
 __all__ = [
     'PaddingAwareDETR', 'PaddingAwareMaskRCNN', 'PaddingAwareMixin',
     'PaddingAwareRetinaNet',
-    'iRPEDETR', 'iRPEDetrTransformerEncoder', 'iRPEDetrTransformerEncoderLayer'
+    'iRPEDETR', 'iRPEDetrTransformerEncoder', 'iRPEDetrTransformerEncoderLayer',
+    'iRPEConditionalDETR', 'iRPEDABDETR', 'iRPEEncoderMixin',
+    'iRPEDABDetrTransformerEncoder'
 ]

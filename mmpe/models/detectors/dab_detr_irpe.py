@@ -1,0 +1,26 @@
+"""DAB-DETR with iRPE in every encoder self-attention layer.
+
+Liu et al., "DAB-DETR: Dynamic Anchor Boxes are Better Queries for DETR"
+(ICLR 2022): the encoder is DETR's plain multi-head self-attention, with the
+sine encoding of each token scaled by an MLP of the token before every layer.
+The iRPE terms of Wu et al. (ICCV 2021, Eq. 13-17) go into that
+self-attention, as the iRPE paper does for DETR (Sec. 4.4); the
+anchor-box decoder is mmdet's, unchanged.
+"""
+from mmdet.models.detectors import DABDETR
+from mmdet.registry import MODELS
+from .irpe_encoder_mixin import iRPEEncoderMixin
+
+
+@MODELS.register_module()
+class iRPEDABDETR(iRPEEncoderMixin, DABDETR):
+    """DAB-DETR whose encoder self-attention layers use iRPE.
+
+    Same arguments as mmdet's :class:`~mmdet.models.DABDETR`, with
+    ``encoder.layer_cfg.self_attn_cfg`` taking ``rpe_cfg``, ``rpe_on`` and
+    ``attn_impl``, and ``positional_encoding=None`` for no sine encoding
+    (see :class:`iRPEEncoderMixin`); the encoder is
+    :class:`iRPEDABDetrTransformerEncoder` (DAB-DETR's position scaling
+    kept). A DABDETR state dict loads with only the RPE tables missing; with
+    zero tables the outputs are DABDETR's.
+    """
