@@ -5,6 +5,7 @@ with the same weights, and from the same encoder run on each image alone.
 """
 import copy
 import os.path as osp
+import re
 
 import mmdet
 import pytest
@@ -34,10 +35,13 @@ ATOL, RTOL = 1e-5, 1e-4
 INVARIANCE_ATOL = 1e-5
 
 
-def _irpe_cfg(name, table_init=None):
+def _irpe_cfg(name, table_init=None, **attn):
     cfg = copy.deepcopy(Config.fromfile(osp.join(QUICK, name)).model)
     if table_init is not None:
         cfg.encoder.layer_cfg.self_attn_cfg.rpe_cfg.init = table_init
+    if 'mode' in attn:
+        cfg.encoder.layer_cfg.self_attn_cfg.rpe_cfg.mode = attn.pop('mode')
+    cfg.encoder.layer_cfg.self_attn_cfg.update(attn)
     return cfg
 
 
@@ -71,20 +75,36 @@ def _load_plain(irpe, plain):
     """Load the plain detector's weights; only the tables may be missing."""
     result = irpe.load_state_dict(plain.state_dict(), strict=False)
     assert not result.unexpected_keys
-    assert all(k.endswith('rpe_k.table') for k in result.missing_keys)
+    assert all(
+        re.fullmatch(r'encoder\.layers\.\d\.self_attn\.rpe_[qkv]\.table', k)
+        for k in result.missing_keys), result.missing_keys
     return result.missing_keys
 
 
+# the configs' setting, and other in-attention settings and backends
+VARIANTS = {
+    'ctx-k': dict(),
+    'ctx-qkv': dict(rpe_on='qkv'),
+    'bias-k-sdpa': dict(mode='bias', attn_impl='sdpa'),
+}
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
 @pytest.mark.parametrize('name', DETECTORS)
-def test_plain_state_dict_loads_and_zero_tables_equal_plain(name):
+def test_plain_state_dict_loads_and_zero_tables_equal_plain(name, variant):
+    attn = VARIANTS[variant]
     plain = _build(_plain_cfg(name), 0).eval()
-    irpe = _build(_irpe_cfg(name, 'zeros'), 1).eval()
+    irpe = _build(_irpe_cfg(name, 'zeros', **attn), 1).eval()
     assert type(plain).__name__ == DETECTORS[name]
     assert isinstance(irpe, type(plain))
     missing = _load_plain(irpe, plain)
-    assert len(missing) == irpe.encoder.num_layers == 3  # one per layer
+    per_layer = len(attn.get('rpe_on', 'k'))  # one table per q / k / v
+    assert len(missing) == 3 * per_layer  # 3 encoder layers
     rpes = [m for m in irpe.modules() if isinstance(m, iRPE)]
-    assert len(rpes) == 3
+    assert len(rpes) == 3 * per_layer
+    assert all(m.mode == attn.get('mode', 'contextual') for m in rpes)
+    assert all(layer.self_attn.attn_impl == attn.get('attn_impl', 'explicit')
+               for layer in irpe.encoder.layers)
     assert all(torch.count_nonzero(m.table) == 0 for m in rpes)
 
     data = _batch(plain, [(3, 96, 160), (3, 128, 80)], False)
