@@ -11,10 +11,10 @@ reference point (the paper's Fig. 5). Positive (red): attention the relative
 position encoding adds; negative (blue): attention it removes. iRPE on
 values changes outputs, not weights, and does not appear.
 
-Without a checkpoint the model is randomly initialised; its iRPE tables,
-zero by default (the paper's init, under which RPE adds nothing), are then
-drawn from the authors' Xavier init so that the picture shows something; the
-title says so.
+Without a checkpoint the model is randomly initialised, its iRPE tables
+drawn from the authors' Xavier init (also under a config with the paper's
+zero init, where RPE would add nothing) so that the picture shows something;
+the title says so.
 
 Example::
 
