@@ -39,6 +39,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from mmpe.models.layers.irpe_index import num_buckets_per_table
+from mmpe.models.utils.irpe_authors import authors_table_to_mmpe
+
 # the authors' model list (rpe_models.py): '{method}_{N}' of the name ->
 # the ratio its get_rpe_config gets (N is not a function of the ratio)
 KNOWN_RATIOS = {
@@ -82,20 +85,7 @@ UNSUPPORTED = [
 
 def _table(key: str, on: str, kind: str, value: torch.Tensor) -> torch.Tensor:
     """One authors' table in mmpe's layout."""
-    if kind == 'bias':
-        if on == 'v':
-            raise ValueError(f'{key}: the authors\' code has no bias-mode '
-                             'table on values, cannot place it')
-        if value.dim() != 2:
-            raise ValueError(f'{key}: a bias table is (heads, buckets), got '
-                             f'shape {tuple(value.shape)}')
-        return value.clone()
-    if value.dim() != 3:
-        raise ValueError(f'{key}: a contextual table is 3-D, got shape '
-                         f'{tuple(value.shape)}')
-    # q / k: (H', head_dim, nb) -> (H', nb, head_dim); v is already so
-    table = value.transpose(1, 2) if on in 'qk' else value
-    return table.contiguous().clone()
+    return authors_table_to_mmpe(key, on, kind, value)
 
 
 def _rename(key: str) -> Tuple[bool, Optional[str]]:
@@ -227,8 +217,7 @@ def parse_model_name(name: str) -> Optional[Dict]:
 def buckets_per_table(method: str, ratio: float, skip: int) -> int:
     """The authors' ``get_num_buckets`` (+1 with a skip token): ``(2b+1)^2``
     for product, else ``2b + 1`` per table, ``b = int(2 * ratio)``."""
-    side = 2 * int(2 * ratio) + 1
-    return (side * side if method == 'product' else side) + int(skip > 0)
+    return num_buckets_per_table(method, 'piecewise', ratio, None, skip)
 
 
 def cpvt_config(state: Dict[str, torch.Tensor],

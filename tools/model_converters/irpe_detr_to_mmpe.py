@@ -35,6 +35,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from mmpe.models.layers.irpe_index import num_buckets_per_table
+from mmpe.models.utils.irpe_authors import authors_table_to_mmpe
+
 # COCO category ids of mmdet's 80 classes, in mmdet's order (ids 1-90
 # without the 10 ids COCO never annotates).
 COCO_IDS = [
@@ -138,26 +141,15 @@ def buckets_per_table(method: str, ratio: float) -> int:
     """The authors' ``get_num_buckets`` (piecewise index, no skip token):
     ``(2b + 1) ** 2`` for product, else ``2b + 1``, ``b = int(2 * ratio)``.
     """
-    side = 2 * int(2 * ratio) + 1
-    return side * side if method == 'product' else side
+    return num_buckets_per_table(method, 'piecewise', ratio)
 
 
 def _table(key: str, on: str, kind: str, value: torch.Tensor,
            d_model: Optional[int]) -> torch.Tensor:
     """One authors' table in mmpe's layout; checks its rank and head dim."""
+    table = authors_table_to_mmpe(key, on, kind, value)
     if kind == 'bias':
-        if on == 'v':
-            raise ValueError(f'{key}: the authors\' code has no bias-mode '
-                             'table on values, cannot place it')
-        if value.dim() != 2:
-            raise ValueError(f'{key}: a bias table is (heads, buckets), got '
-                             f'shape {tuple(value.shape)}')
-        return value.clone()
-    if value.dim() != 3:
-        raise ValueError(f'{key}: a contextual table is 3-D, got shape '
-                         f'{tuple(value.shape)}')
-    # q / k: (H', head_dim, nb) -> (H', nb, head_dim); v is already so
-    table = value.transpose(1, 2) if on in 'qk' else value
+        return table
     heads, head_dim = table.shape[0], table.shape[2]
     if d_model is not None and (d_model % head_dim or heads not in (
             1, d_model // head_dim)):
@@ -165,7 +157,7 @@ def _table(key: str, on: str, kind: str, value: torch.Tensor,
             f'{key}: shape {tuple(value.shape)} does not fit d_model '
             f'{d_model} (expected (1 or heads, head_dim, buckets) on q / k, '
             '(1 or heads, buckets, head_dim) on v)')
-    return table.contiguous().clone()
+    return table
 
 
 def _check_setting(key: str, on: str, kind: str, table: torch.Tensor,
