@@ -18,20 +18,21 @@ _base_ = [
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 
-rpe_cfg = dict(
-    mode='contextual',
-    method='product',
-    index='piecewise',
-    ratio=1.9,
-    shared_head=True,
-    skip=0,
-    init={{_base_.rpe_table_init}})
-
+# The encoder's position encoding, mmpe's one setting (choices in
+# mmpe/models/detectors/encoder_pe.py): mmdet's sine plus contextual iRPE.
 model = dict(
     type='iRPEConditionalDETR',
-    encoder=dict(
-        layer_cfg=dict(
-            self_attn_cfg=dict(rpe_cfg=rpe_cfg, rpe_on='k'))))
+    encoder_pe=dict(
+        absolute='sine',
+        relative=dict(
+            type='irpe',
+            mode='contextual',
+            method='product',
+            index='piecewise',
+            ratio=1.9,
+            shared_head=True,
+            init={{_base_.rpe_table_init}},
+            on='k')))
 
 # The tables' decay from the recipe (1.0: the base's 1e-4, as the authors).
 optim_wrapper = dict(

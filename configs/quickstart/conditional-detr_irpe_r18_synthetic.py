@@ -22,19 +22,23 @@ model = dict(
     type='iRPEConditionalDETR',
     neck=dict(out_channels=embed_dims),
     positional_encoding=dict(num_feats=embed_dims // 2),
+    # the encoder's position encoding (mmpe's one setting, see
+    # mmpe/models/detectors/encoder_pe.py): mmdet's sine plus contextual iRPE
+    encoder_pe=dict(
+        absolute='sine',
+        relative=dict(
+            type='irpe',
+            mode='contextual',
+            method='product',
+            index='piecewise',
+            ratio=1.9,
+            shared_head=True,
+            init={{_base_.rpe_table_init}},
+            on='k')),
     encoder=dict(
         layer_cfg=dict(
             ffn_cfg=ffn_cfg,
-            self_attn_cfg=dict(
-                embed_dims=embed_dims,
-                rpe_cfg=dict(
-                    mode='contextual',
-                    method='product',
-                    index='piecewise',
-                    ratio=1.9,
-                    shared_head=True,
-                    init={{_base_.rpe_table_init}}),
-                rpe_on='k'))),
+            self_attn_cfg=dict(embed_dims=embed_dims))),
     # mmdet's conditional-detr_r50_8xb2-50e_coco.py decoder, at this size
     decoder=dict(
         layer_cfg=dict(

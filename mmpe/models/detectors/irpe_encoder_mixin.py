@@ -1,10 +1,12 @@
-"""iRPE in the encoder self-attention of any DETR-family detector whose encoder
-is plain multi-head self-attention (DETR, Conditional DETR, DAB-DETR).
+"""Position encodings (iRPE, RoPE-2D, RoPE-Mixed; sine, learnable or no
+absolute part) in the encoder of any DETR-family detector whose encoder is
+plain multi-head self-attention (DETR, Conditional DETR, DAB-DETR).
 
 Wu et al., "Rethinking and Improving Relative Position Encoding for Vision
 Transformer" (ICCV 2021), Sec. 4.4 / Tab. 6: relative position encoding goes
 into the encoder's self-attention only, on top of (or instead of) the sine
-absolute encoding; the decoder is unchanged.
+absolute encoding; the decoder is unchanged. The one config setting is
+``encoder_pe`` (:mod:`.encoder_pe`).
 """
 from typing import Dict, Optional, Tuple
 
@@ -12,8 +14,11 @@ import torch
 from torch import Tensor
 
 from mmdet.models.detectors import DABDETR, DETR, ConditionalDETR
+from mmdet.models.layers import LearnedPositionalEncoding
 from mmdet.structures import OptSampleList
 from ..layers.irpe import iRPE
+from ..layers.rope_mixed import RoPEMixed
+from .encoder_pe import attention_pe_cfg, parse_encoder_pe
 from .irpe_encoders import (encoder_without_irpe,
                             iRPEDABDetrTransformerEncoder,
                             iRPEDetrTransformerEncoder)
@@ -28,8 +33,15 @@ SUPPORTED_DETECTORS = tuple(det.__name__ for det, _ in IRPE_ENCODERS)
 
 
 class iRPEEncoderMixin:
-    """Puts iRPE into every encoder self-attention of an mmdet DETR-family
-    detector: ``class iRPEConditionalDETR(iRPEEncoderMixin, ConditionalDETR)``.
+    """Puts a relative position encoding (iRPE, RoPE-2D or RoPE-Mixed) into
+    every encoder self-attention of an mmdet DETR-family detector, and lets
+    the absolute part be sine, learnable or none:
+    ``class iRPEConditionalDETR(iRPEEncoderMixin, ConditionalDETR)``.
+
+    The one setting is ``encoder_pe=dict(absolute=..., relative=...,
+    decoder_pos=...)`` (choices in :mod:`.encoder_pe`), e.g.
+    ``encoder_pe=dict(absolute='sine', relative=dict(type='rope-mixed'))``.
+    It fills the keys below, which older configs set directly.
 
     What changes against the plain detector:
 
@@ -39,13 +51,16 @@ class iRPEEncoderMixin:
       :class:`~mmpe.models.layers.iRPEMultiheadAttention` (same parameter
       names: the plain detector's state dict loads with only the
       ``rpe_*.table`` entries missing; zero tables give the plain
-      detector's outputs);
+      detector's outputs), and ``rope_cfg`` (2D RoPE of q and k, its
+      RoPE-Mixed frequencies ``self_attn.rope.freqs`` the only new entries);
+    - ``encoder_pe.absolute='learnable'`` adds
+      ``learned_positional_encoding`` (mmdet's row/column embedding);
     - ``positional_encoding=None`` removes the sine absolute encoding from
       encoder and decoder keys (the paper's "no abs PE" rows); it is
       replaced by zeros so that mmdet's layers need no change;
-    - the RPE tables are initialised as ``rpe_cfg['init']`` says, after the
-      detector's own initialisation (which Xavier-initialises every encoder
-      matrix);
+    - the RPE tables are initialised as ``rpe_cfg['init']`` says and the
+      RoPE-Mixed frequencies as Heo et al., after the detector's own
+      initialisation (which Xavier-initialises every encoder matrix);
     - ``pre_transformer`` adds the padded feature map's grid
       ``spatial_shape=(h, w)`` to the encoder inputs and
       ``forward_encoder`` hands it to every encoder layer. mmdet pads
@@ -60,27 +75,51 @@ class iRPEEncoderMixin:
     def __init__(self,
                  *args,
                  positional_encoding: Optional[Dict] = None,
+                 encoder_pe: Optional[Dict] = None,
                  **kwargs) -> None:
-        self.use_abs_pe = positional_encoding is not None
+        (self.abs_pe, relative, self.decoder_pos,
+         self.learnable_grid) = parse_encoder_pe(
+             encoder_pe, sine_removed=positional_encoding is None)
+        self.use_abs_pe = self.abs_pe != 'none'
+        self.encoder = kwargs['encoder']
+        self._irpe_encoder_class(relative)  # refuses other encoders early
+        attn_cfg = kwargs['encoder']['layer_cfg']['self_attn_cfg']
         if positional_encoding is None:
             # Built (it holds no parameters) but its output is replaced by 0.
-            num_feats = kwargs['encoder']['layer_cfg']['self_attn_cfg'][
-                'embed_dims'] // 2
-            positional_encoding = dict(num_feats=num_feats, normalize=True)
+            positional_encoding = dict(
+                num_feats=attn_cfg['embed_dims'] // 2, normalize=True)
+        if encoder_pe is not None and 'relative' in encoder_pe:
+            given = [k for k in ('rpe_cfg', 'rope_cfg') if attn_cfg.get(k)]
+            if given:
+                raise ValueError(
+                    f'`encoder_pe.relative` and `encoder.layer_cfg.'
+                    f'self_attn_cfg.{given[0]}` both given; please set the '
+                    'relative part in one place (`encoder_pe`)')
+            attn_cfg = dict(
+                attn_cfg,
+                **attention_pe_cfg(relative, attn_cfg['embed_dims'],
+                                   attn_cfg['num_heads']))
+            encoder = kwargs['encoder']
+            kwargs['encoder'] = dict(
+                encoder,
+                layer_cfg=dict(encoder['layer_cfg'], self_attn_cfg=attn_cfg))
         super().__init__(
             *args, positional_encoding=positional_encoding, **kwargs)
 
-    def _irpe_encoder_class(self) -> type:
+    def _irpe_encoder_class(self, relative=None) -> type:
         for detector, encoder in IRPE_ENCODERS:
             if isinstance(self, detector):
                 return encoder
-        rpe_cfg = self.encoder['layer_cfg']['self_attn_cfg'].get('rpe_cfg')
+        attn_cfg = self.encoder['layer_cfg']['self_attn_cfg']
+        relative = relative or attn_cfg.get('rpe_cfg') or attn_cfg.get(
+            'rope_cfg')
         raise ValueError(
-            f'Unsupported `encoder.layer_cfg.self_attn_cfg.rpe_cfg` '
-            f'{rpe_cfg!r} on {type(self).__name__}: relative position '
-            f'encoding needs plain multi-head self-attention in the encoder '
-            f'(this detector\'s encoder attention is not); please choose '
-            f'a detector from {SUPPORTED_DETECTORS}')
+            f'Unsupported detector {type(self).__name__} for a relative '
+            f'encoder position encoding (`encoder_pe.relative` / '
+            f'`encoder.layer_cfg.self_attn_cfg.rpe_cfg` {relative!r}): it '
+            f'needs plain multi-head self-attention in the encoder (this '
+            f'detector\'s encoder attention is not); please choose a '
+            f'detector from {SUPPORTED_DETECTORS}')
 
     def _init_layers(self) -> None:
         # the iRPE encoder, then the plain detector's layers from a config
@@ -97,14 +136,34 @@ class iRPEEncoderMixin:
             raise ValueError(
                 f'`positional_encoding.num_feats` ({num_feats}) must be half '
                 f'of the encoder\'s embed_dims ({self.embed_dims})')
+        if self.abs_pe == 'learnable':
+            self.learned_positional_encoding = LearnedPositionalEncoding(
+                num_feats,
+                row_num_embed=self.learnable_grid,
+                col_num_embed=self.learnable_grid)
 
     def init_weights(self) -> None:
         """The detector's init (Xavier on every encoder matrix), then each
-        RPE table as its own ``init`` says."""
+        RPE table as its own ``init`` says and the RoPE-Mixed frequencies as
+        Heo et al. draw them."""
         super().init_weights()
         for module in self.encoder.modules():
             if isinstance(module, iRPE):
                 module.reset_table()
+            elif isinstance(module, RoPEMixed):
+                module.reset_parameters()
+
+    def _learned_pos(self, feat: Tensor) -> Tensor:
+        """(bs, h * w, dim) learned row/column encoding of the grid."""
+        bs, _, height, width = feat.shape
+        if max(height, width) > self.learnable_grid:
+            raise ValueError(
+                f'Feature grid {(height, width)} is larger than '
+                f'`encoder_pe.learnable_grid` ({self.learnable_grid}); '
+                'please build the model with a larger grid')
+        grid = feat.new_zeros((bs, height, width), dtype=torch.bool)
+        pos = self.learned_positional_encoding(grid)  # (bs, dim, h, w)
+        return pos.flatten(2).transpose(1, 2)
 
     def pre_transformer(
             self,
@@ -121,10 +180,16 @@ class iRPEEncoderMixin:
             img_feats, batch_data_samples)
         height, width = img_feats[-1].shape[-2:]
         encoder_inputs_dict['spatial_shape'] = (int(height), int(width))
-        if not self.use_abs_pe:
-            pos = torch.zeros_like(encoder_inputs_dict['feat_pos'])
-            encoder_inputs_dict['feat_pos'] = pos
-            decoder_inputs_dict['memory_pos'] = pos
+        sine = encoder_inputs_dict['feat_pos']
+        if self.abs_pe == 'none':
+            encoder_inputs_dict['feat_pos'] = torch.zeros_like(sine)
+        elif self.abs_pe == 'learnable':
+            encoder_inputs_dict['feat_pos'] = self._learned_pos(img_feats[-1])
+        memory_pos = dict(
+            sine=sine,
+            encoder=encoder_inputs_dict['feat_pos'],
+            none=torch.zeros_like(sine))[self.decoder_pos]
+        decoder_inputs_dict['memory_pos'] = memory_pos
         return encoder_inputs_dict, decoder_inputs_dict
 
     def forward_encoder(self, feat: Tensor, feat_mask: Tensor,

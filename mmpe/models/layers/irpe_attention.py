@@ -1,9 +1,11 @@
-"""Multi-head attention with iRPE in mmcv's parameter layout (for DETR).
+"""Multi-head attention with relative position encoding in mmcv's parameter
+layout (for the DETR family's encoders).
 
 A drop-in for mmcv's :class:`~mmcv.cnn.bricks.transformer.MultiheadAttention`
 that adds the iRPE terms of Wu et al., "Rethinking and Improving Relative
-Position Encoding for Vision Transformer" (ICCV 2021), Eq. 13-17, computed
-by the attention core :class:`~mmpe.models.layers.PEAttention`.
+Position Encoding for Vision Transformer" (ICCV 2021), Eq. 13-17, or rotates
+queries and keys with 2D RoPE (axial or RoPE-Mixed, Heo et al., ECCV 2024),
+computed by the attention core :class:`~mmpe.models.layers.PEAttention`.
 """
 from typing import Dict, Optional, Sequence
 
@@ -13,17 +15,24 @@ from torch import Tensor, nn
 
 from mmdet.registry import MODELS
 from .pe_attention import PEAttention
+from .rope2d import RoPE2D
+from .rope_mixed import RoPEMixed
+
+#: ``rope_cfg['type']`` -> the module that gives ``(cos, sin)`` for a grid
+ROPE_TYPES = {'rope2d': RoPE2D, 'rope-mixed': RoPEMixed}
 
 
 @MODELS.register_module()
 class iRPEMultiheadAttention(PEAttention):
-    """Multi-head attention with iRPE on queries, keys and/or values.
+    """Multi-head attention with iRPE on queries, keys and/or values, or 2D
+    RoPE on queries and keys.
 
     Parameter names equal those of mmcv's ``MultiheadAttention``
     (``attn.in_proj_weight``, ``attn.in_proj_bias``, ``attn.out_proj.*``),
     so a DETR checkpoint loads with only the RPE tables (``rpe_q``,
-    ``rpe_k``, ``rpe_v``) missing. With all-zero tables the output equals
-    mmcv's ``MultiheadAttention`` with the same weights.
+    ``rpe_k``, ``rpe_v``) or RoPE-Mixed frequencies (``rope.freqs``)
+    missing. With all-zero tables (or frequencies) the output equals mmcv's
+    ``MultiheadAttention`` with the same weights.
 
     Args:
         embed_dims (int): The embedding dimension.
@@ -43,6 +52,12 @@ class iRPEMultiheadAttention(PEAttention):
             ``'qk'``, ``'kv'``, ``'qv'``, ``'qkv'``. Defaults to ``'k'``.
         attn_impl (str): ``'explicit'``, ``'sdpa'`` or ``'flex'``, see
             :class:`PEAttention`. Defaults to ``'explicit'``.
+        rope_cfg (dict, optional): Rotary embedding of the grid tokens:
+            ``dict(type='rope2d', theta=100.)`` (:class:`RoPE2D`) or
+            ``dict(type='rope-mixed', theta=10., rotate=True)``
+            (:class:`RoPEMixed`, learnable frequencies of this layer).
+            iRPE, where also on, reads the unrotated q and k. None: no RoPE.
+            Defaults to None.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
 
@@ -57,6 +72,7 @@ class iRPEMultiheadAttention(PEAttention):
                  rpe_cfg: Optional[Dict] = None,
                  rpe_on: str = 'k',
                  attn_impl: str = 'explicit',
+                 rope_cfg: Optional[Dict] = None,
                  init_cfg: Optional[Dict] = None,
                  **kwargs) -> None:
         if 'dropout' in kwargs:  # mmcv's deprecated alias, kept for configs
@@ -80,6 +96,17 @@ class iRPEMultiheadAttention(PEAttention):
         self.proj_drop = nn.Dropout(proj_drop)
         self.dropout_layer = build_dropout(
             dropout_layer) if dropout_layer else nn.Identity()
+        self.rope = None if rope_cfg is None else self._build_rope(rope_cfg)
+
+    def _build_rope(self, rope_cfg: Dict) -> nn.Module:
+        cfg = dict(rope_cfg)
+        kind = cfg.pop('type', None)
+        if kind not in ROPE_TYPES:
+            raise ValueError(f'Unsupported `rope_cfg.type` {kind!r}, please '
+                             f'choose from {tuple(ROPE_TYPES)}')
+        if kind == 'rope-mixed':
+            cfg['num_heads'] = self.num_heads
+        return ROPE_TYPES[kind](self.head_dims, **cfg)
 
     def forward(self,
                 query: Tensor,
@@ -109,7 +136,7 @@ class iRPEMultiheadAttention(PEAttention):
                 padded keys.
             spatial_shape (tuple[int, int], optional): Token grid
                 ``(height, width)``; ``n == skip + height * width`` (skip
-                tokens first). Required when RPE is on.
+                tokens first). Required when RPE or RoPE is on.
 
         Returns:
             Tensor: Same shape as query.
@@ -158,5 +185,13 @@ class iRPEMultiheadAttention(PEAttention):
         q = self.split_heads(F.linear(query, w_q, b_q))
         k = self.split_heads(F.linear(key, w_k, b_k))
         v = self.split_heads(F.linear(value, w_v, b_v))
-        out = self.attend(q, k, v, spatial_shape, key_padding_mask, attn_mask)
+        rope = None
+        if self.rope is not None:
+            if spatial_shape is None:
+                raise ValueError(
+                    f'{type(self).__name__} needs `spatial_shape=(height, '
+                    'width)` of the token grid when RoPE is on; got None')
+            rope = self.rope(spatial_shape, q.device, q.dtype)
+        out = self.attend(q, k, v, spatial_shape, key_padding_mask, attn_mask,
+                          rope)
         return self.attn.out_proj(self.merge_heads(out))

@@ -94,9 +94,18 @@ class RoPEMixed(nn.Module):
         self.head_dim = head_dim
         self.num_heads = num_heads
         self.theta = float(theta)
+        self.rotate = bool(rotate)
         #: ``(2, num_heads, head_dim // 2)``: ``theta^x`` then ``theta^y``
         self.freqs = nn.Parameter(
             init_mixed_freqs(head_dim, num_heads, theta, rotate))
+
+    def reset_parameters(self) -> None:
+        """Draw the initial frequencies again (:func:`init_mixed_freqs`),
+        e.g. after a detector's Xavier init of every encoder matrix."""
+        with torch.no_grad():
+            self.freqs.copy_(
+                init_mixed_freqs(self.head_dim, self.num_heads, self.theta,
+                                 self.rotate))
 
     def forward(self,
                 hw_shape: Tuple[int, int],

@@ -36,19 +36,30 @@ INVARIANCE_ATOL = 1e-5
 
 
 def _irpe_cfg(name, table_init=None, **attn):
+    """The quick-start config's model; iRPE arguments changed in whichever
+    spelling the config uses (``encoder_pe.relative`` or the encoder's
+    ``self_attn_cfg.rpe_cfg`` / ``rpe_on``)."""
     cfg = copy.deepcopy(Config.fromfile(osp.join(QUICK, name)).model)
+    self_attn = cfg.encoder.layer_cfg.self_attn_cfg
+    if 'encoder_pe' in cfg:
+        rpe, on_key = cfg.encoder_pe.relative, 'on'
+    else:
+        rpe, on_key = self_attn.rpe_cfg, 'rpe_on'
     if table_init is not None:
-        cfg.encoder.layer_cfg.self_attn_cfg.rpe_cfg.init = table_init
+        rpe.init = table_init
     if 'mode' in attn:
-        cfg.encoder.layer_cfg.self_attn_cfg.rpe_cfg.mode = attn.pop('mode')
-    cfg.encoder.layer_cfg.self_attn_cfg.update(attn)
+        rpe.mode = attn.pop('mode')
+    if 'rpe_on' in attn:
+        (rpe if on_key == 'on' else self_attn)[on_key] = attn.pop('rpe_on')
+    self_attn.update(attn)
     return cfg
 
 
 def _plain_cfg(name):
-    """The mmdet detector of the same config: its type, no iRPE keys."""
+    """The mmdet detector of the same config: its type, no mmpe keys."""
     cfg = _irpe_cfg(name)
     cfg.type = DETECTORS[name]
+    cfg.pop('encoder_pe', None)
     attn = cfg.encoder.layer_cfg.self_attn_cfg
     for key in ('rpe_cfg', 'rpe_on', 'attn_impl'):
         attn.pop(key, None)
@@ -205,7 +216,8 @@ def test_encoder_output_does_not_depend_on_the_other_image(name):
 @pytest.mark.parametrize('name', DETECTORS)
 def test_no_absolute_pe_variant(name):
     cfg = _irpe_cfg(name)
-    cfg.positional_encoding = None
+    cfg.encoder_pe.absolute = 'none'
+    cfg.encoder_pe.decoder_pos = 'encoder'
     model = _build(cfg, 0).train()
     assert not model.use_abs_pe
     data = _batch(model, [(3, 96, 96), (3, 64, 128)], True)
@@ -236,4 +248,10 @@ def test_encoder_without_plain_self_attention_is_refused():
         mode='contextual')
     with pytest.raises(ValueError,
                        match=r"(?s)rpe_cfg.*'contextual'.*'DABDETR'"):
+        iRPEDeformableDETR(**cfg)
+    cfg['encoder']['layer_cfg']['self_attn_cfg'].pop('rpe_cfg')
+    cfg['encoder_pe'] = dict(relative='rope-mixed')
+    with pytest.raises(
+            ValueError,
+            match=r"(?s)iRPEDeformableDETR.*encoder_pe.*'rope-mixed'.*DABDETR"):
         iRPEDeformableDETR(**cfg)

@@ -1,0 +1,139 @@
+"""``encoder_pe``: the one config setting for a DETR-family encoder's position
+encoding, parsed and checked at build time.
+
+``encoder_pe`` composes an absolute part, added to the encoder's queries and
+keys in every layer, with a relative part inside every encoder
+self-attention, and says what the decoder's cross-attention keys get::
+
+    encoder_pe = dict(
+        absolute='sine',         # 'sine' (mmdet's), 'learnable' or 'none'
+        relative=dict(type='irpe', mode='contextual', method='product',
+                      ratio=1.9, on='k'),  # or 'rope2d', 'rope-mixed', None
+        decoder_pos='sine')      # 'sine' (mmdet's), 'encoder' or 'none'
+
+- ``absolute``: ``'sine'`` is the detector's own
+  ``SinePositionalEncoding`` (``positional_encoding`` keeps its arguments);
+  ``'learnable'`` is a learned row/column embedding (DETR's learned variant,
+  mmdet's ``LearnedPositionalEncoding``, ``learnable_grid`` rows and columns
+  at most); ``'none'`` adds nothing.
+- ``relative``: ``None``, a type name, or a dict with ``type`` and that
+  type's arguments:
+
+  - ``'irpe'`` (Wu et al., ICCV 2021, Eq. 13-17): the arguments of
+    :class:`~mmpe.models.layers.iRPE` (``mode``, ``method``, ``ratio``,
+    ``index``, ``shared_head``, ``init``...) and ``on`` (which of q, k, v;
+    default ``'k'``);
+  - ``'rope2d'`` (axial RoPE, Heo et al., ECCV 2024, Eq. 10-11): ``theta``
+    (default 100);
+  - ``'rope-mixed'`` (Heo et al., ECCV 2024, Sec. 3.3; learnable per-head
+    frequencies, one set per encoder layer): ``theta`` (default 10),
+    ``rotate`` (default True).
+- ``decoder_pos``: what the decoder's cross-attention keys (``memory_pos``)
+  get: ``'sine'`` (mmdet's default whatever the encoder uses; Conditional
+  DETR and DAB-DETR match these keys against sine encodings of their
+  reference points), ``'encoder'`` (the encoder's absolute part, zeros for
+  ``'none'``; the iRPE paper's "no abs PE" rows of DETR) or ``'none'``.
+"""
+from typing import Dict, Optional, Tuple, Union
+
+ABSOLUTE_CHOICES = ('sine', 'learnable', 'none')
+RELATIVE_CHOICES = ('irpe', 'rope2d', 'rope-mixed')
+DECODER_POS_CHOICES = ('sine', 'encoder', 'none')
+ENCODER_PE_KEYS = ('absolute', 'relative', 'decoder_pos', 'learnable_grid')
+#: arguments of each rotary type (besides ``type``)
+ROPE_ARGS = {'rope2d': ('theta', ), 'rope-mixed': ('theta', 'rotate')}
+
+
+def _choice(field: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f'Unsupported `{field}` {value!r}, please choose '
+                         f'from {choices}')
+
+
+def parse_relative(relative: Union[None, str, Dict]) -> Optional[Dict]:
+    """The relative part as a dict with a checked ``type``, or None."""
+    if relative is None or relative == 'none':
+        return None
+    if isinstance(relative, str):
+        relative = dict(type=relative)
+    if not isinstance(relative, dict) or 'type' not in relative:
+        raise ValueError(
+            f'Unsupported `encoder_pe.relative` {relative!r}, please give '
+            f'None, one of {RELATIVE_CHOICES} or a dict with `type` '
+            'from them')
+    relative = dict(relative)
+    _choice('encoder_pe.relative.type', relative['type'], RELATIVE_CHOICES)
+    if relative['type'] in ROPE_ARGS:
+        allowed = ROPE_ARGS[relative['type']]
+        unknown = sorted(set(relative) - {'type', *allowed})
+        if unknown:
+            raise ValueError(
+                f"Unsupported `encoder_pe.relative` arguments {unknown} for "
+                f"type {relative['type']!r}, please choose from {allowed}")
+    return relative
+
+
+def attention_pe_cfg(relative: Optional[Dict], embed_dims: int,
+                     num_heads: int) -> Dict:
+    """The self-attention config keys (``rpe_cfg``, ``rpe_on``,
+    ``rope_cfg``) for a parsed relative part; checks RoPE's head dim at
+    build time."""
+    cfg = dict(rpe_cfg=None, rpe_on='k', rope_cfg=None)
+    if relative is None:
+        return cfg
+    kind = relative['type']
+    if kind == 'irpe':
+        rpe_cfg = {k: v for k, v in relative.items() if k not in ('type', 'on')}
+        return dict(cfg, rpe_cfg=rpe_cfg, rpe_on=relative.get('on', 'k'))
+    head_dim = embed_dims // num_heads
+    if head_dim % 4:
+        raise ValueError(
+            f"Unsupported `encoder_pe.relative.type` {kind!r} with head dim "
+            f'{head_dim} (embed_dims {embed_dims} / num_heads {num_heads}): '
+            'rotary embeddings need a head dim that is a multiple of 4; '
+            'please change num_heads or choose `type` from '
+            f"{tuple(c for c in RELATIVE_CHOICES if c not in ROPE_ARGS)}")
+    return dict(cfg, rope_cfg=dict(relative))
+
+
+def parse_encoder_pe(encoder_pe: Optional[Dict],
+                     sine_removed: bool) -> Tuple[str, Optional[Dict], str,
+                                                  int]:
+    """Check ``encoder_pe``; return ``(absolute, relative, decoder_pos,
+    learnable_grid)``.
+
+    Args:
+        encoder_pe (dict, optional): The setting (module docstring). None:
+            the detector's own (sine in encoder and decoder, the relative
+            part from the self-attention config).
+        sine_removed (bool): Whether the config says
+            ``positional_encoding=None`` (the older spelling of
+            ``absolute='none', decoder_pos='encoder'``).
+    """
+    if encoder_pe is None:
+        absolute = 'none' if sine_removed else 'sine'
+        return absolute, None, 'encoder', 50
+    if sine_removed:
+        raise ValueError(
+            '`positional_encoding=None` and `encoder_pe` both given; please '
+            "say `encoder_pe=dict(absolute='none', decoder_pos='encoder')` "
+            'and keep `positional_encoding` (the sine arguments)')
+    if not isinstance(encoder_pe, dict):
+        raise ValueError(f'Unsupported `encoder_pe` {encoder_pe!r}, please '
+                         f'give a dict with keys from {ENCODER_PE_KEYS}')
+    unknown = sorted(set(encoder_pe) - set(ENCODER_PE_KEYS))
+    if unknown:
+        raise ValueError(f'Unsupported `encoder_pe` keys {unknown}, please '
+                         f'choose from {ENCODER_PE_KEYS}')
+    absolute = encoder_pe.get('absolute', 'sine')
+    absolute = 'none' if absolute is None else absolute
+    _choice('encoder_pe.absolute', absolute, ABSOLUTE_CHOICES)
+    decoder_pos = encoder_pe.get('decoder_pos', 'sine')
+    decoder_pos = 'none' if decoder_pos is None else decoder_pos
+    _choice('encoder_pe.decoder_pos', decoder_pos, DECODER_POS_CHOICES)
+    grid = encoder_pe.get('learnable_grid', 50)
+    if isinstance(grid, bool) or not isinstance(grid, int) or grid <= 0:
+        raise ValueError(f'Unsupported `encoder_pe.learnable_grid` {grid!r}, '
+                         'please give a positive int')
+    return (absolute, parse_relative(encoder_pe.get('relative')),
+            decoder_pos, grid)
