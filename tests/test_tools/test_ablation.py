@@ -45,6 +45,19 @@ def test_row_builds_what_it_says(study, name, config, options):
             assert all(r.mode == 'bias' for r in rpes)
         if 'clip' in name:
             assert all(r.index == 'clip' for r in rpes)
+    elif study.startswith('encoder_pe'):
+        assert type(model).__name__.endswith(
+            'ConditionalDETR' if study == 'encoder_pe_cond' else 'DETR')
+        assert getattr(model, 'use_abs_pe', True) == ('sine' in name and
+                                                      'no sine' not in name)
+        attns = [layer.self_attn for layer in model.encoder.layers]
+        ropes = {type(getattr(a, 'rope', None)).__name__ for a in attns}
+        want = {'RoPE-2D': 'RoPE2D', 'RoPE-Mixed': 'RoPEMixed'}
+        assert ropes == {next(
+            (v for k, v in want.items() if k in name), 'NoneType')}
+        assert bool(rpes) == ('iRPE' in name)
+        # every row's decoder keys keep the sine encoding
+        assert getattr(model, 'decoder_pos', 'sine') in ('sine', 'encoder')
     elif study == 'irpe_tab1':
         method = name.split()[-1]
         assert rpes and all(r.method == method for r in rpes)
