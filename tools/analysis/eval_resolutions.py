@@ -1,27 +1,51 @@
 """Evaluate one checkpoint at several test resolutions, without fine-tuning.
 
-Every ``Resize`` of the test pipeline has its ``scale`` (or
-``scale_factor``) multiplied by each factor; a pipeline without a Resize
-(images at their own size) gets ``Resize(scale_factor=factor)`` after the
-image is loaded. The model is the same checkpoint throughout, as in CPVT's experiments on generalising to
-larger test resolutions (Chu et al., Sec. 4)::
+Works for any MMDetection / mmpe detector config with a test split: the DETR
+family (DETR, Conditional DETR, DAB-DETR, with or without iRPE), Mask R-CNN
+and RetinaNet with CPVT / DeiT-iRPE backbones, plain mmdet configs. For each
+factor, every pipeline of the test data set (wrappers and ``ConcatDataset``
+included) is rescaled:
+
+* resize transforms (``Resize``, ``RandomResize``, ``RandomChoiceResize``,
+  ``FixShapeResize``, ``ResizeShortestEdge``, nested in ``TestTimeAug`` too)
+  get their target sizes (``scale``, ``scales``, ``width``, ``height``,
+  ``max_size``) and ``scale_factor`` multiplied by the factor;
+* ``Pad`` with a fixed ``size`` gets it multiplied too (else it would refuse
+  the larger images);
+* a pipeline without any resize (images at their own size) gets
+  ``Resize(scale_factor=factor, keep_ratio=True)`` after the image is loaded.
+
+The model is the same checkpoint throughout, as in CPVT's experiments on
+generalising to larger test resolutions (Chu et al., Sec. 4)::
 
     python tools/analysis/eval_resolutions.py CONFIG CKPT --scales 1.0 1.5 2.0
 
-prints AP / AP50 per scale (bbox, and segm when evaluated) and writes them
-to ``WORK_DIR/eval_resolutions.json``.
+Each scale is one ``Runner.test()`` (its logs under ``WORK_DIR/scale_<f>``),
+loading the checkpoint weights-only as ``tools/test.py`` does
+(``--allow-unsafe-checkpoint`` for trusted files that need more). Prints AP
+per scale (the ``*_mAP`` / ``*_mAP_50`` metrics: bbox, and segm when
+evaluated) with the largest image the model was given, and writes every
+numeric metric and the image sizes seen to ``WORK_DIR/eval_resolutions.json``.
 """
 import argparse
 import copy
+import gc
 import json
 import os
 import os.path as osp
-from typing import Dict, List, Union
+import sys
+from typing import Dict, List, Optional, Sequence, Union
 
 from mmengine.config import Config, DictAction
+from mmengine.hooks import Hook
+
+sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', '..'))
+
+#: Size fields of resize transforms, in pixels (rounded to int when int).
+SIZE_KEYS = ('scale', 'scales', 'width', 'height', 'max_size')
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Test one checkpoint at several input resolutions')
     parser.add_argument('config', help='config file')
@@ -31,55 +55,94 @@ def parse_args() -> argparse.Namespace:
         type=float,
         nargs='+',
         default=[1.0],
-        help='factors applied to the test pipeline Resize scale')
+        help='factors applied to the test pipeline resize sizes')
     parser.add_argument(
         '--work-dir',
         help='where logs and eval_resolutions.json go (default: '
-        './work_dirs/CONFIG_NAME/eval_resolutions)')
+        'WORK_DIR/eval_resolutions, WORK_DIR from the config or '
+        './work_dirs/CONFIG_NAME)')
+    parser.add_argument(
+        '--allow-unsafe-checkpoint',
+        action='store_true',
+        help='load a trusted checkpoint that needs full unpickling')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
         action=DictAction,
         help='override config settings, as tools/test.py')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if any(s <= 0 for s in args.scales):
         parser.error(f'--scales must be positive, got {args.scales}')
+    if len({f'{s:g}' for s in args.scales}) != len(args.scales):
+        parser.error(f'--scales must not repeat, got {args.scales}')
     return args
 
 
-def _scaled(value: Union[int, float, tuple, list], factor: float):
+def _scaled(value: Union[int, float, tuple, list], factor: float,
+            integer: bool = True):
+    """``value * factor``, element-wise; ints stay (rounded, >= 1) ints
+    when ``integer`` (pixel sizes), become floats otherwise (factors)."""
     if isinstance(value, (tuple, list)):
-        return type(value)(_scaled(v, factor) for v in value)
-    if isinstance(value, int):
+        return type(value)(_scaled(v, factor, integer) for v in value)
+    if integer and isinstance(value, int):
         return max(1, int(round(value * factor)))
     return value * factor
 
 
-def rescale_pipeline(pipeline: List[dict], factor: float) -> List[str]:
-    """Multiply every Resize's ``scale`` / ``scale_factor`` in place.
+def _type_name(transform: dict) -> str:
+    kind = transform.get('type', '')
+    return kind if isinstance(kind, str) else getattr(kind, '__name__',
+                                                      str(kind))
 
-    Wrappers with nested ``transforms`` (e.g. ``TestTimeAug``) are searched
-    too. Returns a description of what changed, one line per transform.
+
+def rescale_pipeline(pipeline: List[dict], factor: float) -> List[str]:
+    """Multiply the sizes of every resize (and fixed-size ``Pad``) in place.
+
+    Resize transforms (type name containing ``Resize``) get
+    :data:`SIZE_KEYS` and ``scale_factor`` scaled, ``Pad`` its ``size``.
+    Wrappers with nested ``transforms`` (e.g. ``TestTimeAug``, a list of
+    lists) are searched too.
+
+    Returns:
+        list[str]: What changed, ``'<type>.<key>: <old> -> <new>'`` each.
     """
     changed = []
     for transform in pipeline:
         if not isinstance(transform, dict):
             continue
-        if 'Resize' in str(transform.get('type', '')):
-            for key in ('scale', 'scale_factor'):
-                if transform.get(key) is not None:
-                    old = transform[key]
-                    transform[key] = _scaled(old, factor)
-                    changed.append(f"{transform['type']}.{key}: {old} -> "
-                                   f'{transform[key]}')
+        name = _type_name(transform)
+        keys = []
+        if 'Resize' in name:
+            keys = [(k, True) for k in SIZE_KEYS] + [('scale_factor', False)]
+        elif name.split('.')[-1] == 'Pad':
+            keys = [('size', True)]
+        for key, integer in keys:
+            if transform.get(key) is not None:
+                old = transform[key]
+                transform[key] = _scaled(old, factor, integer)
+                changed.append(f'{name}.{key}: {old} -> {transform[key]}')
         for key in ('transforms', 'pipeline'):
             nested = transform.get(key)
             if isinstance(nested, list):
-                # TestTimeAug holds a list of lists of transforms
                 for item in nested:
                     changed += rescale_pipeline(
                         item if isinstance(item, list) else [item], factor)
     return changed
+
+
+def _has_resize(pipeline: List[dict]) -> bool:
+    for transform in pipeline:
+        if not isinstance(transform, dict):
+            continue
+        if 'Resize' in _type_name(transform):
+            return True
+        for key in ('transforms', 'pipeline'):
+            nested = transform.get(key)
+            if isinstance(nested, list) and any(
+                    _has_resize(i if isinstance(i, list) else [i])
+                    for i in nested):
+                return True
+    return False
 
 
 def rescale_or_insert(pipeline: List[dict], factor: float) -> List[str]:
@@ -89,66 +152,158 @@ def rescale_or_insert(pipeline: List[dict], factor: float) -> List[str]:
     after the image loading transform (before annotations are loaded, as in
     mmdet's test pipelines); nothing is inserted for ``factor == 1``.
     """
-    changed = rescale_pipeline(pipeline, factor)
-    if changed or factor == 1:
+    if _has_resize(pipeline):
+        return rescale_pipeline(pipeline, factor)
+    changed = rescale_pipeline(pipeline, factor)  # a fixed-size Pad
+    if factor == 1:
         return changed or ['no Resize in the test pipeline: native size']
     index = next((i + 1 for i, t in enumerate(pipeline)
-                  if 'LoadImage' in str(t.get('type', ''))), 0)
+                  if isinstance(t, dict) and 'Load' in _type_name(t)
+                  and 'Image' in _type_name(t)), 0)
     pipeline.insert(
         index, dict(type='Resize', scale_factor=factor, keep_ratio=True))
-    return [f'inserted Resize(scale_factor={factor:g}) at position {index}']
+    return [f'inserted Resize(scale_factor={factor:g}) at position {index}'
+            ] + changed
 
 
-def _test_pipeline(cfg: Config) -> List[dict]:
-    dataset = cfg.test_dataloader.dataset
-    while 'pipeline' not in dataset and 'dataset' in dataset:
-        dataset = dataset.dataset  # dataset wrappers
-    return dataset.pipeline
+def dataset_pipelines(cfg: Config) -> List[List[dict]]:
+    """Every ``pipeline`` of the test data set config, looking through
+    wrappers (``dataset``) and ``ConcatDataset`` (``datasets``).
+
+    Raises:
+        ValueError: If the config has no ``test_dataloader.dataset`` or no
+            pipeline in it.
+    """
+    loader = cfg.get('test_dataloader')
+    if not loader or not loader.get('dataset'):
+        raise ValueError(
+            f'test_dataloader must have a dataset to evaluate on, got '
+            f'test_dataloader={loader!r}; valid: a dict with '
+            '`dataset=dict(..., pipeline=[...])`')
+    pipelines, todo = [], [loader['dataset']]
+    while todo:
+        dataset = todo.pop(0)
+        if isinstance(dataset.get('pipeline'), list):
+            pipelines.append(dataset['pipeline'])
+        if dataset.get('dataset'):
+            todo.append(dataset['dataset'])
+        todo += list(dataset.get('datasets') or [])
+    if not pipelines:
+        raise ValueError(
+            f'test_dataloader.dataset has no `pipeline` (type '
+            f"{loader['dataset'].get('type')!r}, wrappers looked through: "
+            "'dataset', 'datasets')")
+    return pipelines
 
 
-def _summary(metrics: Dict[str, float]) -> Dict[str, float]:
-    """Keep the ``*_mAP`` and ``*_mAP_50`` entries (bbox, segm)."""
-    return {
-        k: float(v)
-        for k, v in metrics.items()
-        if k.endswith('_mAP') or k.endswith('_mAP_50')
-    }
+class ImageShapeHook(Hook):
+    """Record each test image's ``img_shape`` (h, w), as the model got it."""
+
+    priority = 'LOW'
+
+    def __init__(self) -> None:
+        self.shapes: List[tuple] = []
+
+    def after_test_iter(self, runner, batch_idx, data_batch=None,
+                        outputs=None) -> None:
+        for sample in outputs or []:
+            shape = getattr(sample, 'metainfo', {}).get('img_shape')
+            if shape is not None:
+                self.shapes.append(tuple(int(v) for v in shape[:2]))
+
+    def summary(self) -> Dict[str, object]:
+        """Image count, largest and mean (h, w)."""
+        if not self.shapes:
+            return dict(num_images=0)
+        hs, ws = zip(*self.shapes)
+        return dict(
+            num_images=len(self.shapes),
+            max_img_shape=[max(hs), max(ws)],
+            mean_img_shape=[sum(hs) / len(hs), sum(ws) / len(ws)])
 
 
-def main() -> None:
-    args = parse_args()
-    import mmpe  # noqa: F401  (registers mmpe modules; safe loading)
+def scale_config(cfg: Config, factor: float, checkpoint: str,
+                 work_dir: str) -> tuple:
+    """A copy of ``cfg`` that tests ``checkpoint`` at ``factor``.
+
+    Returns:
+        tuple[Config, list[str]]: The config and the resize changes.
+    """
+    from mmpe.utils import fix_worker_settings
+
+    run_cfg = copy.deepcopy(cfg)
+    changed = []
+    for pipeline in dataset_pipelines(run_cfg):
+        changed += rescale_or_insert(pipeline, factor)
+    run_cfg.load_from = checkpoint
+    run_cfg.resume = False
+    run_cfg.work_dir = osp.join(work_dir, f'scale_{factor:g}')
+    run_cfg.launcher = 'none'
+    # one logger, message hub and visualizer per scale: mmengine reuses
+    # instances by name, which would send a scale's logs to another's dir
+    # (mmdet's default_runtime names the visualizer 'visualizer'); unnamed,
+    # they take the Runner's '<experiment_name>_<timestamp>'
+    name = osp.splitext(osp.basename(cfg.filename or 'config'))[0]
+    run_cfg.experiment_name = f'{name}_scale_{factor:g}'
+    if isinstance(run_cfg.get('visualizer'), dict):
+        run_cfg.visualizer.pop('name', None)
+    fix_worker_settings(run_cfg)
+    return run_cfg, changed
+
+
+def evaluate(run_cfg: Config) -> tuple:
+    """``Runner.test()`` with weights-only checkpoint loading.
+
+    Returns:
+        tuple[dict, dict]: The metrics and :meth:`ImageShapeHook.summary`.
+    """
+    from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
     from mmpe.engine import safe_checkpoint_loading
 
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    work_dir = args.work_dir or osp.join(
-        './work_dirs',
-        osp.splitext(osp.basename(args.config))[0], 'eval_resolutions')
-    os.makedirs(work_dir, exist_ok=True)
+    if 'runner_type' in run_cfg:
+        runner = RUNNERS.build(run_cfg)
+    else:
+        runner = Runner.from_cfg(run_cfg)
+    shapes = ImageShapeHook()
+    runner.register_hook(shapes)
+    with safe_checkpoint_loading():
+        metrics = runner.test()
+    del runner
+    gc.collect()
+    return dict(metrics or {}), shapes.summary()
 
-    results = []
-    for factor in args.scales:
-        run_cfg = copy.deepcopy(cfg)
-        changed = rescale_or_insert(_test_pipeline(run_cfg), factor)
-        run_cfg.load_from = args.checkpoint
-        run_cfg.resume = False
-        run_cfg.work_dir = osp.join(work_dir, f'scale_{factor:g}')
-        run_cfg.launcher = 'none'
-        print(f'[eval_resolutions] scale x{factor:g}: ' + '; '.join(changed))
-        with safe_checkpoint_loading():  # weights-only, also older files
-            metrics = Runner.from_cfg(run_cfg).test()
-        results.append(
-            dict(scale=factor, resize=changed, metrics=_summary(metrics)))
 
-    names = sorted({k for r in results for k in r['metrics']})
-    header = ['scale'] + [n.split('/')[-1] for n in names]
-    rows = [[f"x{r['scale']:g}"] +
-            [f"{r['metrics'].get(n, float('nan')):.3f}" for n in names]
-            for r in results]
+def _numeric(metrics: Dict[str, object]) -> Dict[str, float]:
+    out = {}
+    for key, value in metrics.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            pass  # e.g. copy-paste strings
+    return out
+
+
+def _ap_names(names: List[str]) -> List[str]:
+    """The AP columns: ``*_mAP`` / ``*_mAP_50`` (COCO) or ``*/mAP`` (VOC);
+    every metric when none of those is there."""
+    ap = [
+        n for n in names
+        if n.endswith(('_mAP', '_mAP_50')) or n.split('/')[-1] == 'mAP'
+    ]
+    return ap or names
+
+
+def format_table(results: List[dict]) -> str:
+    names = _ap_names(sorted({k for r in results for k in r['metrics']}))
+    header = ['scale'] + [n.split('/')[-1] for n in names] + ['max HxW']
+    rows = []
+    for r in results:
+        shape = r['images'].get('max_img_shape')
+        rows.append([f"x{r['scale']:g}"] + [
+            f"{r['metrics'].get(n, float('nan')):.3f}" for n in names
+        ] + [f'{shape[0]}x{shape[1]}' if shape else '-'])
     widths = [max(len(h), *(len(row[i]) for row in rows))
               for i, h in enumerate(header)]
     lines = [' | '.join(h.ljust(w) for h, w in zip(header, widths))]
@@ -156,14 +311,58 @@ def main() -> None:
     lines += [
         ' | '.join(c.ljust(w) for c, w in zip(row, widths)) for row in rows
     ]
-    print('\n'.join(lines))
+    return '\n'.join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    import mmpe  # noqa: F401  (registers mmpe modules)
+    from mmpe.engine import UNSAFE_LOAD_ENV
+    from mmpe.utils import DataNotFoundError, check_data_paths
+
+    if args.allow_unsafe_checkpoint:
+        os.environ[UNSAFE_LOAD_ENV] = '1'
+    if not osp.isfile(args.checkpoint):
+        print(f'error: checkpoint {args.checkpoint!r} does not exist',
+              file=sys.stderr)
+        return 2
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    try:
+        dataset_pipelines(cfg)
+        check_data_paths(cfg, ('test', ))
+    except (ValueError, DataNotFoundError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 2
+    work_dir = args.work_dir or osp.join(
+        cfg.get('work_dir') or osp.join(
+            './work_dirs',
+            osp.splitext(osp.basename(args.config))[0]), 'eval_resolutions')
+    os.makedirs(work_dir, exist_ok=True)
+
+    results = []
+    for factor in args.scales:
+        run_cfg, changed = scale_config(cfg, factor, args.checkpoint,
+                                        work_dir)
+        print(f'[eval_resolutions] scale x{factor:g}: ' + '; '.join(changed))
+        metrics, images = evaluate(run_cfg)
+        results.append(
+            dict(
+                scale=factor,
+                resize=changed,
+                images=images,
+                metrics=_numeric(metrics)))
+
+    print(format_table(results))
     out_file = osp.join(work_dir, 'eval_resolutions.json')
     with open(out_file, 'w') as f:
         json.dump(
             dict(config=args.config, checkpoint=args.checkpoint,
                  results=results), f, indent=2)
     print(f'[eval_resolutions] wrote {out_file}')
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())
