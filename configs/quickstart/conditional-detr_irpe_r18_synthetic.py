@@ -7,6 +7,11 @@
 # self-attention on top of the sine absolute encoding, as the iRPE paper's
 # DETR setting (Tab. 6, #6). The twin of detr_irpe_r18_synthetic.py.
 #   python tools/train.py configs/quickstart/conditional-detr_irpe_r18_synthetic.py
+#   make demo-fast      (the same, then tools/test.py: the README's second demo)
+#
+# Schedule: 12 epochs, lr x0.1 at 10 -- the training compute of the DETR
+# demo's 20 epochs (drop at 16): this model's step costs 0.68 s against DETR-
+# iRPE's 0.41 s (batch 8, 1 thread), so 20 x 0.41 / 0.68 = 12 epochs.
 #
 # RPE tables: the recipe of the authors' DETR code (Xavier init, weight decay
 # 1e-4 like every other parameter; sources in ../_base_/irpe_tables/detr.py).
@@ -79,3 +84,17 @@ optim_wrapper = dict(
     paramwise_cfg=dict(custom_keys={
         'self_attn.rpe_': dict(decay_mult={{_base_.rpe_table_decay_mult}})
     }))
+
+# 12 epochs = the DETR demo's compute (header); validation every 2 epochs
+max_epochs = 12
+train_cfg = dict(max_epochs=max_epochs, val_interval=2)
+param_scheduler = [
+    dict(
+        type='MultiStepLR',
+        begin=0,
+        end=max_epochs,
+        by_epoch=True,
+        milestones=[10],
+        gamma=0.1)
+]
+default_hooks = dict(checkpoint=dict(interval=2))
