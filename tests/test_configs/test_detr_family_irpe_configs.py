@@ -9,11 +9,10 @@ import shutil
 import pytest
 import torch
 from mmdet.registry import MODELS
-from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
-from mmengine.optim import build_optim_wrapper
 
 import mmpe  # noqa: F401
+from config_steps import detection_train_step, weight_decays
 from mmpe.models.layers.irpe import iRPE
 
 ROOT = osp.join(osp.dirname(__file__), '..', '..')
@@ -46,15 +45,10 @@ def _build(cfg):
 
 def _table_decays(model, cfg):
     """{table name: weight decay of its group in the config's optimizer}."""
-    optimizer = build_optim_wrapper(model, cfg.optim_wrapper).optimizer
-    decay = {}
-    for group in optimizer.param_groups:
-        for p in group['params']:
-            decay[id(p)] = group.get('weight_decay',
-                                     optimizer.defaults['weight_decay'])
     return {
-        name: decay[id(p)]
-        for name, p in model.named_parameters() if name.endswith('.table')
+        name: decay
+        for name, decay in weight_decays(model, cfg).items()
+        if name.endswith('.table')
     }
 
 
@@ -80,17 +74,7 @@ def test_config_builds_and_trains_one_step(path):
         assert r.init == 'xavier' and torch.count_nonzero(r.table) > 0
     assert set(_table_decays(model, cfg).values()) == {AUTHORS_WEIGHT_DECAY}
 
-    model.train()
-    packed = demo_mm_inputs(
-        batch_size=2,
-        image_shapes=[(3, 96, 192), (3, 160, 64)],
-        num_items=[2, 1],
-        num_classes=cfg.model.bbox_head.num_classes)
-    data = model.data_preprocessor(packed, True)
-    losses = model(**data, mode='loss')
-    total = sum(v for k, v in losses.items() if 'loss' in k)
-    assert torch.isfinite(total)
-    total.backward()
+    detection_train_step(model, cfg.model.bbox_head.num_classes)
     for r in rpes:
         assert r.table.grad is not None
         assert torch.count_nonzero(r.table.grad) > 0

@@ -8,11 +8,10 @@ import os.path as osp
 import pytest
 import torch
 from mmdet.registry import MODELS
-from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
-from mmengine.optim import build_optim_wrapper
 
 import mmpe  # noqa: F401
+from config_steps import detection_train_step, weight_decays
 from mmpe.models.layers.irpe import iRPE
 from mmpe.models.layers.rope2d import RoPE2D
 from mmpe.models.layers.rope_mixed import RoPEMixed
@@ -59,27 +58,14 @@ def test_config_builds_and_trains_one_step(path):
     ]
     assert all(type(m) is rope_type for _, m in ropes)
 
-    optimizer = build_optim_wrapper(model, cfg.optim_wrapper).optimizer
-    decay = {}
-    for group in optimizer.param_groups:
-        for p in group['params']:
-            decay[id(p)] = group.get('weight_decay',
-                                     optimizer.defaults['weight_decay'])
+    decay = weight_decays(model, cfg)
     freqs = [m.freqs for _, m in ropes if isinstance(m, RoPEMixed)]
-    assert all(decay[id(f)] == 0.0 for f in freqs)
-    assert decay[id(model.encoder.layers[0].self_attn.attn.in_proj_weight)] \
-        == optimizer.defaults['weight_decay'] > 0
+    names = [f'{n}.freqs' for n, m in ropes if isinstance(m, RoPEMixed)]
+    assert len(names) == len(freqs)
+    assert all(decay[n] == 0.0 for n in names)
+    assert decay['encoder.layers.0.self_attn.attn.in_proj_weight'] == \
+        cfg.optim_wrapper.optimizer.weight_decay > 0
 
-    model.train()
-    packed = demo_mm_inputs(
-        batch_size=2,
-        image_shapes=[(3, 96, 192), (3, 160, 64)],
-        num_items=[2, 1],
-        num_classes=cfg.model.bbox_head.num_classes)
-    data = model.data_preprocessor(packed, True)
-    losses = model(**data, mode='loss')
-    total = sum(v for k, v in losses.items() if 'loss' in k)
-    assert torch.isfinite(total)
-    total.backward()
+    detection_train_step(model, cfg.model.bbox_head.num_classes)
     for f in freqs:
         assert f.grad is not None and torch.count_nonzero(f.grad) > 0

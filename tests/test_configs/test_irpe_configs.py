@@ -10,11 +10,10 @@ import shutil
 import pytest
 import torch
 from mmdet.registry import MODELS
-from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
-from mmengine.optim import build_optim_wrapper
 
 import mmpe  # noqa: F401
+from config_steps import detection_train_step, weight_decays
 from mmpe.models.layers.irpe import iRPE
 
 ROOT = osp.join(osp.dirname(__file__), '..', '..')
@@ -66,21 +65,6 @@ def _authors_xavier_bound(mode, on, heads, head_dim, buckets):
     return math.sqrt(6.0 / (fan_in + fan_out))
 
 
-def _weight_decays(model, cfg):
-    """{trained parameter name: weight decay of its group in the optimizer
-    that mmengine builds from the config}."""
-    optimizer = build_optim_wrapper(model, cfg.optim_wrapper).optimizer
-    decay = {}
-    for group in optimizer.param_groups:
-        for p in group['params']:
-            decay[id(p)] = group.get('weight_decay',
-                                     optimizer.defaults['weight_decay'])
-    return {
-        name: decay[id(p)]
-        for name, p in model.named_parameters() if p.requires_grad
-    }
-
-
 def _check_table_recipe(model, cfg, init, weight_decay):
     rpes = [m for m in model.modules() if isinstance(m, iRPE)]
     assert rpes
@@ -99,7 +83,7 @@ def _check_table_recipe(model, cfg, init, weight_decay):
         assert table.abs().max() <= bound
         # U(-b, b) has std b / sqrt(3); 30 %: a few hundred samples at least
         assert abs(table.std().item() * math.sqrt(3) / bound - 1) < 0.3
-    decays = _weight_decays(model, cfg)
+    decays = weight_decays(model, cfg)
     tables = {n: d for n, d in decays.items() if n.endswith('.table')}
     assert len(tables) == len(rpes)
     assert set(tables.values()) == {weight_decay}
@@ -148,16 +132,7 @@ def test_config_builds_and_trains_one_step(path):
     if rpes:  # every DETR-iRPE config: the authors' DETR recipe
         _check_table_recipe(model, cfg, 'xavier', AUTHORS_WEIGHT_DECAY)
 
-    packed = demo_mm_inputs(
-        batch_size=2,
-        image_shapes=[(3, 96, 192), (3, 160, 64)],
-        num_items=[2, 1],
-        num_classes=model_cfg.bbox_head.num_classes)
-    data = model.data_preprocessor(packed, True)
-    losses = model(**data, mode='loss')
-    total = sum(v for k, v in losses.items() if 'loss' in k)
-    assert torch.isfinite(total)
-    total.backward()
+    detection_train_step(model, model_cfg.bbox_head.num_classes)
     for r in rpes:
         assert r.table.grad is not None
 
