@@ -10,6 +10,15 @@ tuples and dicts and open with stock ``torch.load(weights_only=True)``
 without mmpe. Checkpoints are loaded (``--resume``, ``load_from``)
 weights-only, through ``mmpe.engine.safe_checkpoint_loading``.
 
+For preemptible clusters (``add_preemption_safety``): checkpoints and
+``last_checkpoint`` are written atomically (``AtomicCheckpointHook`` for
+``CheckpointHook``), ``--resume`` skips a newest checkpoint that does not load
+(``find_resumable_checkpoint``), SIGTERM / SIGUSR1 save ``iter_N.pth`` after
+the current iteration and exit with status 75 (``PreemptionHook``), and an
+epoch-based run resumes such a checkpoint mid-epoch
+(``ResumableEpochBasedTrainLoop``). Exit status: 0 done, 2 bad input (data,
+work dir, a --resume checkpoint that does not load), 75 preempted (resume).
+
     python tools/train.py configs/quickstart/detr_irpe_r18_synthetic.py
     bash tools/dist_train.sh CONFIG 2        # DDP via torchrun
 """
@@ -25,7 +34,9 @@ from mmengine.runner import Runner
 
 sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
 import mmpe  # noqa: E402,F401  (registers modules)
-from mmpe.engine import (UNSAFE_LOAD_ENV, PlainCheckpointHook,  # noqa: E402
+from mmpe.engine import (PREEMPTED_EXIT_CODE, UNSAFE_LOAD_ENV,  # noqa: E402
+                         PlainCheckpointHook, TrainingPreempted,
+                         UnsafeCheckpointError, resolve_resume,
                          safe_checkpoint_loading)
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
                         finalize_distributed, fix_worker_settings,
@@ -115,6 +126,7 @@ def build_cfg(args) -> Config:
                                'configuration file.')
 
     add_plain_checkpoint_hook(cfg)
+    add_preemption_safety(cfg)
 
     if args.resume == 'auto':
         cfg.resume = True
@@ -136,6 +148,30 @@ def add_plain_checkpoint_hook(cfg: Config) -> None:
     cfg.custom_hooks = hooks
 
 
+def add_preemption_safety(cfg: Config) -> None:
+    """Atomic checkpoint writes, a checkpoint on preemption signals, and
+    mid-epoch resume: MMEngine's ``CheckpointHook`` and ``EpochBasedTrainLoop``
+    become their mmpe subclasses (same arguments), and ``PreemptionHook`` is
+    appended to ``cfg.custom_hooks`` unless the config lists it. Named with
+    the ``mmdet.`` scope, so that they build under any ``default_scope``."""
+    ckpt = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if isinstance(ckpt, dict) and ckpt.get('type') in ('CheckpointHook',
+                                                       'mmengine.'
+                                                       'CheckpointHook'):
+        ckpt['type'] = 'mmdet.AtomicCheckpointHook'
+    loop = cfg.get('train_cfg')
+    if isinstance(loop, dict) and loop.get('type') in ('EpochBasedTrainLoop',
+                                                       'mmengine.'
+                                                       'EpochBasedTrainLoop'):
+        loop['type'] = 'mmdet.ResumableEpochBasedTrainLoop'
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    if not any(
+            isinstance(h, dict) and str(h.get('type', '')).split('.')[-1] ==
+            'PreemptionHook' for h in hooks):
+        hooks.append(dict(type='mmdet.PreemptionHook'))
+    cfg.custom_hooks = hooks
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.allow_unsafe_checkpoint:
@@ -145,7 +181,10 @@ def main(argv=None):
     try:
         check_data_paths(cfg, splits)
         check_work_dir(cfg.work_dir, cfg.get('resume'), args.overwrite)
-    except (DataNotFoundError, FileExistsError) as err:
+        for note in resolve_resume(cfg, args.resume):
+            print(f'warning: --resume: {note}', file=sys.stderr)
+    except (DataNotFoundError, FileExistsError, ValueError,
+            UnsafeCheckpointError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 2
     fix_worker_settings(cfg)
@@ -155,8 +194,13 @@ def main(argv=None):
         runner = Runner.from_cfg(cfg)
     else:
         runner = RUNNERS.build(cfg)
-    with safe_checkpoint_loading():
-        runner.train()
+    try:
+        with safe_checkpoint_loading():
+            runner.train()
+    except TrainingPreempted as stop:
+        print(f'preempted: {stop}', file=sys.stderr)
+        finalize_distributed()
+        return PREEMPTED_EXIT_CODE
     finalize_distributed()
     return 0
 

@@ -92,3 +92,5 @@ default_hooks = dict(
     checkpoint=dict(type='CheckpointHook', interval=max_epochs,
                     max_keep_ckpts=1))
 auto_scale_lr = dict(enable=False, base_batch_size=8)  # base: 8 images per batch
+# A fixed seed (model init, data order, augmentation): repeatable runs.
+randomness = dict(seed=0)

@@ -1,0 +1,185 @@
+"""Unit tests of the cluster pieces, in process: atomic writes, the choice of
+the checkpoint ``--resume`` continues from, the preemption hook's arguments,
+and the batch sampler that skips a resumed epoch's first batches."""
+import os
+import os.path as osp
+import signal
+
+import pytest
+import torch
+from mmengine.fileio import get_file_backend
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+from mmpe.engine import (ATOMIC_BACKEND, AtomicLocalBackend, PreemptionHook,
+                         atomic_write, checkpoint_load_error,
+                         find_resumable_checkpoint, is_temporary_name,
+                         resume_candidates)
+from mmpe.engine.resumable_loop import SkipFirstBatches, remainder_loader
+
+
+def test_atomic_write_replaces_whole_files(tmp_path):
+    path = tmp_path / 'sub' / 'f.bin'
+    atomic_write(b'old', path)
+    atomic_write('new text', path)
+    assert path.read_bytes() == b'new text'
+    assert os.listdir(tmp_path / 'sub') == ['f.bin']
+
+
+def test_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / 'f.bin'
+    atomic_write(b'old', path)
+
+    def fail(fd):
+        raise OSError('disk full')
+
+    monkeypatch.setattr(os, 'fsync', fail)  # fails after the data went out
+    with pytest.raises(OSError, match='disk full'):
+        atomic_write(b'new', path)
+    assert path.read_bytes() == b'old'
+    assert os.listdir(tmp_path) == ['f.bin']  # no temporary file left
+    with pytest.raises(TypeError, match='bytes or str'):
+        atomic_write(3, path)
+
+
+def test_atomic_backend_is_registered_under_its_own_name(tmp_path):
+    backend = get_file_backend(
+        str(tmp_path), backend_args=dict(backend=ATOMIC_BACKEND))
+    assert isinstance(backend, AtomicLocalBackend)
+    backend.put(b'abc', str(tmp_path / 'x.pth'))
+    backend.put_text('p', str(tmp_path / 'last_checkpoint'))
+    assert (tmp_path / 'x.pth').read_bytes() == b'abc'
+    assert (tmp_path / 'last_checkpoint').read_text() == 'p'
+    # the default local backend is untouched
+    assert type(get_file_backend(str(tmp_path))).__name__ == 'LocalBackend'
+
+
+def test_temporary_names():
+    assert is_temporary_name('/w/.epoch_3.pth.1234.mmpe-tmp')
+    assert not is_temporary_name('/w/epoch_3.pth')
+    assert not is_temporary_name('/w/.epoch_3.pth.mmpe-tmp')
+    assert not is_temporary_name('/w/.hidden')
+
+
+def _checkpoint(path, mtime, epoch=1):
+    torch.save(
+        dict(meta=dict(epoch=epoch, iter=2 * epoch),
+             state_dict=dict(w=torch.ones(3) * epoch)), path)
+    os.utime(path, ns=(mtime, mtime))
+
+
+def _truncate(path):
+    with open(path, 'rb') as f:
+        data = f.read()
+    with open(path, 'wb') as f:
+        f.write(data[:len(data) // 2])
+    return data[:len(data) // 2]
+
+
+def test_candidates_newest_first_without_best(tmp_path):
+    w = str(tmp_path)
+    _checkpoint(osp.join(w, 'epoch_1.pth'), 10**18)
+    _checkpoint(osp.join(w, 'iter_7.pth'), 3 * 10**18)
+    _checkpoint(osp.join(w, 'epoch_2.pth'), 2 * 10**18)
+    _checkpoint(osp.join(w, 'best_coco_bbox_mAP_epoch_2.pth'), 4 * 10**18)
+    assert [osp.basename(p) for p in resume_candidates(w)] == [
+        'iter_7.pth', 'epoch_2.pth', 'epoch_1.pth'
+    ]
+
+
+def test_resume_skips_bad_newest_and_keeps_it(tmp_path):
+    w = str(tmp_path)
+    good, bad = osp.join(w, 'epoch_1.pth'), osp.join(w, 'epoch_2.pth')
+    _checkpoint(good, 10**18, 1)
+    _checkpoint(bad, 2 * 10**18, 2)
+    bad_bytes = _truncate(bad)
+    (tmp_path / 'last_checkpoint').write_text(bad)
+    path, notes = find_resumable_checkpoint(w)
+    assert path == good
+    assert len(notes) == 1 and bad in notes[0]
+    assert 'central directory' in notes[0]
+    assert (tmp_path / 'epoch_2.pth.unloadable').read_bytes() == bad_bytes
+    assert not osp.exists(bad)
+    # a second set-aside of the same name does not overwrite the first
+    _checkpoint(bad, 3 * 10**18, 2)
+    _truncate(bad)
+    path, notes = find_resumable_checkpoint(w)
+    assert path == good and 'epoch_2.pth.unloadable.1' in notes[-1]
+    assert (tmp_path / 'epoch_2.pth.unloadable').read_bytes() == bad_bytes
+
+
+def test_resume_on_other_ranks_renames_nothing(tmp_path, monkeypatch):
+    w = str(tmp_path)
+    _checkpoint(osp.join(w, 'epoch_1.pth'), 10**18, 1)
+    _checkpoint(osp.join(w, 'epoch_2.pth'), 2 * 10**18, 2)
+    _truncate(osp.join(w, 'epoch_2.pth'))
+    monkeypatch.setenv('RANK', '1')
+    path, notes = find_resumable_checkpoint(w)
+    assert path == osp.join(w, 'epoch_1.pth')
+    assert osp.exists(osp.join(w, 'epoch_2.pth')) and 'kept' not in notes[0]
+
+
+def test_resume_when_nothing_loads_renames_nothing(tmp_path):
+    w = str(tmp_path)
+    _checkpoint(osp.join(w, 'epoch_1.pth'), 10**18)
+    _truncate(osp.join(w, 'epoch_1.pth'))
+    (tmp_path / 'iter_3.pth').write_bytes(b'')
+    with pytest.raises(RuntimeError, match='no checkpoint') as err:
+        find_resumable_checkpoint(w)
+    assert 'epoch_1.pth' in str(err.value) and 'iter_3.pth' in str(err.value)
+    assert sorted(os.listdir(w)) == ['epoch_1.pth', 'iter_3.pth']
+
+
+def test_resume_without_checkpoints_and_dangling_pointer(tmp_path):
+    w = str(tmp_path)
+    assert find_resumable_checkpoint(w) == (None, [])
+    (tmp_path / 'last_checkpoint').write_text(osp.join(w, 'epoch_9.pth'))
+    path, notes = find_resumable_checkpoint(w)
+    assert path is None and 'epoch_9.pth' in notes[0]
+    _checkpoint(osp.join(w, 'epoch_1.pth'), 10**18)
+    path, notes = find_resumable_checkpoint(w)
+    assert path == osp.join(w, 'epoch_1.pth') and 'epoch_9.pth' in notes[0]
+
+
+def test_load_error_reasons(tmp_path):
+    torch.save(dict(a=1), tmp_path / 'weights.pth')
+    assert 'not a training checkpoint' in checkpoint_load_error(
+        str(tmp_path / 'weights.pth'))
+    assert 'FileNotFoundError' in checkpoint_load_error(
+        str(tmp_path / 'missing.pth'))
+    _checkpoint(str(tmp_path / 'ok.pth'), 10**18)
+    assert checkpoint_load_error(str(tmp_path / 'ok.pth')) is None
+
+
+def test_preemption_hook_arguments():
+    assert PreemptionHook().signals == ('SIGTERM', 'SIGUSR1')
+    assert PreemptionHook('SIGUSR2').signals == ('SIGUSR2', )
+    with pytest.raises(ValueError, match=r"Unsupported `signals` entry "
+                       r"'SIGKILL', please choose from \('SIGTERM'"):
+        PreemptionHook(('SIGTERM', 'SIGKILL'))
+    with pytest.raises(ValueError, match='empty'):
+        PreemptionHook(())
+
+
+def test_preemption_hook_records_and_restores_handlers():
+    hook = PreemptionHook(('SIGUSR1', ))
+    before = signal.getsignal(signal.SIGUSR1)
+    hook.before_train(runner=None)
+    try:
+        assert hook.received is None
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert hook.received == 'SIGUSR1'
+    finally:
+        hook.after_train(runner=None)
+    assert signal.getsignal(signal.SIGUSR1) is before
+
+
+def test_skip_first_batches_and_remainder_loader():
+    dataset = list(range(10))
+    batches = BatchSampler(SequentialSampler(dataset), 3, drop_last=False)
+    want = list(batches)  # [0,1,2] [3,4,5] [6,7,8] [9]
+    skip = SkipFirstBatches(batches, 2)
+    assert list(skip) == want[2:] and len(skip) == 2
+    assert len(SkipFirstBatches(batches, 9)) == 0
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=0)
+    rest = [b.tolist() for b in remainder_loader(loader, 1)]
+    assert rest == want[1:]

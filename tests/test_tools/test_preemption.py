@@ -1,0 +1,287 @@
+"""End to end on a preemptible cluster's failure modes (tools/train.py in
+subprocesses, CPU, tiny data, ``num_workers=0``):
+
+* SIGKILL while a checkpoint is being written (the test's own hook makes
+  each checkpoint 256 MiB, so the write takes long enough to be frozen with
+  SIGSTOP in the middle): no file under a checkpoint name is partial at that
+  moment, and ``--resume`` continues and finishes;
+* a truncated newest checkpoint: ``--resume`` names it and why, continues
+  from the previous one and finishes, and the bad bytes are kept;
+  ``--resume PATH`` of that file stops with status 2 naming path and reason;
+* SIGTERM in the middle of an epoch: ``iter_N.pth`` of that iteration, exit
+  status 75, and the resumed run's losses equal an uninterrupted run's.
+"""
+import glob
+import os
+import os.path as osp
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+sys.path.insert(0, osp.dirname(__file__))
+from test_train_test_e2e import (CONFIG, ROOT, _losses,  # noqa: E402,F401
+                                 _options, tiny_data)
+
+pytestmark = pytest.mark.slow
+
+PREEMPTED = 75
+
+# Hooks of the tests' own configs (imported through custom_imports).
+TEST_HOOKS = r'''
+import os
+import time
+
+import torch
+from mmengine.hooks import Hook
+from mmdet.registry import HOOKS
+
+
+@HOOKS.register_module()
+class BigPayloadHook(Hook):
+    """Make every checkpoint `mib` MiB larger, so that writing it is slow."""
+
+    def __init__(self, mib):
+        self.mib = mib
+
+    def before_save_checkpoint(self, runner, checkpoint):
+        checkpoint['test_payload'] = torch.ones(self.mib << 20,
+                                                dtype=torch.uint8)
+
+
+@HOOKS.register_module()
+class PauseAtIterHook(Hook):
+    """After iteration `at` write `reached`, then wait for `go` (the test
+    sends its signal in between)."""
+
+    def __init__(self, at, flag_dir):
+        self.at, self.flag_dir = at, flag_dir
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        if runner.iter + 1 != self.at:
+            return
+        open(os.path.join(self.flag_dir, 'reached'), 'w').close()
+        deadline = time.time() + 120
+        while not os.path.exists(os.path.join(self.flag_dir, 'go')):
+            assert time.time() < deadline, 'the test sent no signal'
+            time.sleep(0.02)
+'''
+
+
+def _write_config(tmp_path, name, hooks):
+    (tmp_path / 'preempt_test_hooks.py').write_text(TEST_HOOKS)
+    path = tmp_path / name
+    path.write_text(
+        f'_base_ = [{CONFIG!r}]\n'
+        "custom_imports = dict(imports=['mmpe', 'preempt_test_hooks'], "
+        'allow_failed_imports=False)\n'
+        f"custom_hooks = [dict(type='RNGStateHook'), {hooks}]\n")
+    return str(path)
+
+
+def _env(tmp_path):
+    return dict(
+        os.environ,
+        OMP_NUM_THREADS='1',
+        PYTHONHASHSEED='0',
+        PYTHONPATH=f'{tmp_path}:{os.environ.get("PYTHONPATH", "")}')
+
+
+def _train_cmd(config, work_dir, data_root, max_epochs, resume=None,
+               extra=()):
+    cmd = [sys.executable, 'tools/train.py', config, '--work-dir', work_dir]
+    if resume == 'auto':
+        cmd.append('--resume')
+    elif resume:
+        cmd += ['--resume', resume]
+    return cmd + ['--cfg-options', *_options(data_root, max_epochs, extra)]
+
+
+def _run(cmd, env, status=0):
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == status, \
+        f'status {proc.returncode}\n' + proc.stdout[-3000:] + \
+        proc.stderr[-5000:]
+    return proc
+
+
+def _loads(path):
+    return torch.load(path, map_location='cpu', weights_only=True)
+
+
+def _checkpoint_names(work_dir):
+    return sorted(
+        osp.basename(p) for p in glob.glob(osp.join(work_dir, '*.pth')))
+
+
+def _pointer(work_dir):
+    with open(osp.join(work_dir, 'last_checkpoint')) as f:
+        return f.read().strip()
+
+
+def test_sigkill_while_writing_a_checkpoint(tiny_data, tmp_path):
+    config = _write_config(tmp_path, 'big.py',
+                           "dict(type='BigPayloadHook', mib=256)")
+    work_dir = str(tmp_path / 'run')
+    env = _env(tmp_path)
+    proc = subprocess.Popen(
+        _train_cmd(config, work_dir, tiny_data, 2),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True)
+    first = osp.join(work_dir, 'epoch_1.pth')
+    frozen = None
+    try:
+        deadline = time.time() + 600
+        # wait for epoch_1.pth, complete and named by last_checkpoint
+        while time.time() < deadline and proc.poll() is None:
+            if osp.isfile(osp.join(work_dir, 'last_checkpoint')) and \
+                    _pointer(work_dir) == first:
+                break
+            time.sleep(0.05)
+        full_size = os.stat(first).st_size
+        # then freeze the process while the next checkpoint is half written
+        while time.time() < deadline and proc.poll() is None:
+            with os.scandir(work_dir) as it:
+                for entry in it:
+                    if entry.name == 'epoch_1.pth' or not entry.is_file():
+                        continue
+                    size = entry.stat().st_size
+                    # above any log or pointer, below a whole checkpoint
+                    if (1 << 20) < size < full_size // 2:
+                        os.kill(proc.pid, signal.SIGSTOP)
+                        frozen = (entry.name,
+                                  os.stat(entry.path).st_size)
+                        break
+            if frozen:
+                break
+        assert frozen, 'never saw the second checkpoint being written: ' + \
+            (proc.stderr.read()[-3000:] if proc.poll() is not None else '')
+        # the moment of the kill: every file under a checkpoint name loads
+        names = _checkpoint_names(work_dir)
+        assert names == ['epoch_1.pth']
+        for name in names:
+            _loads(osp.join(work_dir, name))
+        assert _pointer(work_dir) == first
+        partial_name, partial_size = frozen
+        assert partial_name.startswith('.') and partial_size < full_size
+    finally:
+        proc.kill()  # SIGKILL, also while stopped
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    left = os.listdir(work_dir)
+    assert partial_name in left  # the partial write is there, hidden
+
+    resumed = _run(
+        _train_cmd(config, work_dir, tiny_data, 2, resume='auto'), env)
+    assert f'continuing from {first}' in resumed.stderr
+    assert _checkpoint_names(work_dir) == ['epoch_1.pth', 'epoch_2.pth']
+    ck = _loads(osp.join(work_dir, 'epoch_2.pth'))
+    assert ck['meta']['epoch'] == 2 and ck['meta']['iter'] == 4
+    assert _pointer(work_dir) == osp.join(work_dir, 'epoch_2.pth')
+    # the killed run's partial file is cleaned up before training
+    assert partial_name not in os.listdir(work_dir)
+
+
+def test_truncated_latest_checkpoint_is_skipped(tiny_data, tmp_path):
+    work_dir = str(tmp_path / 'run')
+    env = _env(tmp_path)
+    _run(_train_cmd(CONFIG, work_dir, tiny_data, 2), env)
+    latest = osp.join(work_dir, 'epoch_2.pth')
+    with open(latest, 'rb') as f:
+        data = f.read()
+    bad = data[:len(data) // 2]  # what a kill during an in-place write left
+    with open(latest, 'wb') as f:
+        f.write(bad)
+
+    proc = _run(_train_cmd(CONFIG, work_dir, tiny_data, 3, resume='auto'), env)
+    warning = [ln for ln in proc.stderr.splitlines() if 'skipped' in ln]
+    assert len(warning) == 1, proc.stderr[-3000:]
+    assert latest in warning[0]
+    assert 'central directory' in warning[0]  # torch's reason, passed on
+    kept = latest + '.unloadable'
+    assert f'kept as {kept}' in warning[0]
+    assert f'continuing from {osp.join(work_dir, "epoch_1.pth")}' \
+        in proc.stderr
+    with open(kept, 'rb') as f:
+        assert f.read() == bad  # never deleted nor overwritten
+    # resumed at the end of epoch 1 and trained epochs 2 and 3 again
+    assert _checkpoint_names(work_dir) == [
+        'epoch_1.pth', 'epoch_2.pth', 'epoch_3.pth'
+    ]
+    ck = _loads(osp.join(work_dir, 'epoch_3.pth'))
+    assert ck['meta']['epoch'] == 3 and ck['meta']['iter'] == 6
+    losses = _losses(work_dir)
+    assert sorted(losses) == [1, 2, 3, 4, 5, 6]
+
+    # an explicit bad path stops before training, naming path and reason
+    proc = _run(
+        _train_cmd(CONFIG, work_dir, tiny_data, 4, resume=kept), env, 2)
+    assert f'cannot resume from {kept}' in proc.stderr
+    assert 'central directory' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert _checkpoint_names(work_dir)[-1] == 'epoch_3.pth'
+
+
+def test_sigterm_mid_epoch_checkpoints_and_resumes_exactly(
+        tiny_data, tmp_path):
+    # batch 2: 4 iterations an epoch; the signal comes after iteration 2
+    extra = ('train_dataloader.batch_size=2', )
+    env = _env(tmp_path)
+    full = str(tmp_path / 'full')
+    _run(_train_cmd(CONFIG, full, tiny_data, 2, extra=extra), env)
+
+    flags = tmp_path / 'flags'
+    flags.mkdir()
+    config = _write_config(
+        tmp_path, 'pause.py',
+        f"dict(type='PauseAtIterHook', at=2, flag_dir={str(flags)!r})")
+    part = str(tmp_path / 'part')
+    proc = subprocess.Popen(
+        _train_cmd(config, part, tiny_data, 2, extra=extra),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True)
+    try:
+        deadline = time.time() + 600
+        while not (flags / 'reached').exists():
+            assert proc.poll() is None and time.time() < deadline, \
+                proc.communicate()[1][-3000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        (flags / 'go').touch()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == PREEMPTED, (out + err)[-5000:]
+    ckpt = osp.join(part, 'iter_2.pth')
+    assert _checkpoint_names(part) == ['iter_2.pth']
+    assert _pointer(part) == ckpt
+    ck = _loads(ckpt)
+    assert ck['meta']['epoch'] == 0 and ck['meta']['iter'] == 2
+    assert 'optimizer' in ck and 'param_schedulers' in ck
+
+    resumed = _run(
+        _train_cmd(config, part, tiny_data, 2, resume='auto', extra=extra),
+        env)
+    assert 'Resuming epoch 1 at batch 3 of 4' in resumed.stdout + \
+        resumed.stderr
+    want, got = _losses(full), _losses(part)
+    assert sorted(want) == list(range(1, 9))
+    assert sorted(got) == sorted(want)
+    for step in sorted(want):
+        assert got[step] == pytest.approx(want[step], rel=1e-6, abs=1e-7), \
+            f'iteration {step}: resumed {got[step]} vs {want[step]}'
+    assert _checkpoint_names(part) == [
+        'epoch_1.pth', 'epoch_2.pth', 'iter_2.pth'
+    ]
