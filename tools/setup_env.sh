@@ -75,13 +75,15 @@ fi
 "${PIP[@]}" -q --no-deps --no-build-isolation -e "$ROOT"
 
 "$VENV/bin/python" - <<'PY'
-import mmcv, mmdet, mmengine, torch
+import mmcv, mmdet, mmengine, mmseg, torch
 import mmdet.models  # noqa: F401  (needs mmcv.ops)
+import mmseg.models  # noqa: F401  (needs ftfy, regex)
 from mmcv.ops import nms
 boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]])
 nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
 print(f'[setup] torch {torch.__version__}, mmengine {mmengine.__version__}, '
-      f'mmcv {mmcv.__version__} (ops ok), mmdet {mmdet.__version__}')
+      f'mmcv {mmcv.__version__} (ops ok), mmdet {mmdet.__version__}, '
+      f'mmseg {mmseg.__version__}')
 PY
 if [ "$EXTRA" = "tests" ]; then
     (cd "$ROOT/tests" && "$VENV/bin/python" -c "

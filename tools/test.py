@@ -1,4 +1,6 @@
-"""Test (and evaluate) a detector checkpoint with MMEngine's Runner.
+"""Test (and evaluate) a detector or segmentor checkpoint with MMEngine's
+Runner (the config's ``default_scope``, 'mmdet' or 'mmseg', picks the
+registries; ``--out`` is a .pkl of detections or a folder of label maps).
 
 Same flags as mmdet's ``tools/test.py`` (without TTA); mmpe's modules are
 registered and the checkpoint loads weights-only, through
@@ -35,7 +37,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--out',
         type=str,
-        help='dump predictions to a pickle file for offline evaluation')
+        help='dump predictions to a pickle file for offline evaluation '
+        '(segmentation configs: a folder for the predicted label maps)')
     parser.add_argument(
         '--show', action='store_true', help='show prediction results')
     parser.add_argument(
@@ -103,7 +106,12 @@ def main(argv=None):
         if args.show_dir:
             hooks.visualization.test_out_dir = args.show_dir
 
-    if args.out is not None:
+    if args.out is not None and cfg.get('default_scope') == 'mmseg':
+        # segmentation: mmseg's IoUMetric writes the predicted label maps
+        # (PNG) into the --out folder, as mmseg's own tools/test.py
+        cfg.test_evaluator['output_dir'] = args.out
+        cfg.test_evaluator['keep_results'] = True
+    elif args.out is not None:
         if not args.out.endswith(('.pkl', '.pickle')):
             print(f'error: --out must be a .pkl or .pickle file, got '
                   f'{args.out!r}', file=sys.stderr)
