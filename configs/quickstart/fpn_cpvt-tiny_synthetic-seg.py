@@ -5,7 +5,7 @@
 #   python tools/dataset_converters/make_synthetic_seg.py
 #   python tools/train.py configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py
 #   python tools/test.py configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py \
-#       work_dirs/demo-seg/iter_3000.pth
+#       work_dirs/demo-seg/iter_1500.pth
 # (README "Semantic segmentation" has its time and mIoU).
 #
 # The backbone is the tiny CPVT of the quick-start Mask R-CNN (128 dims, 4
@@ -74,7 +74,7 @@ model = dict(
     # crop_size=(128, 128), stride=(85, 85)
     test_cfg=dict(mode='whole'))
 
-max_iters = 3000
+max_iters = 1500
 train_cfg = dict(
     type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
 val_cfg = dict(type='ValLoop')
