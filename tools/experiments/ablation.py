@@ -12,6 +12,12 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
   with 'peg' / 'learnable' / 'sine' / 'rope2d' (and 'none' as the control),
   trained at one size and evaluated at 1x, 1.5x and 2x without fine-tuning;
   plus 'peg' with the batch padding masked in the backbone;
+- ``cpvt_seg``: CPVT's size claim in semantic segmentation: the quick-start
+  Semantic FPN with a tiny CPVT ('peg', 'learnable' (resampled), 'sine',
+  'none', 'rope-mixed', 'irpe') and mmseg's Twins-PCPVT at about its size,
+  trained on 128 x 128 crops (the number given to ``--epochs`` is
+  *iterations* for this study), tested whole-image at 1x, 1.5x and 2x and
+  with a 128 x 128 sliding window (mIoU, mmseg's IoUMetric);
 - ``encoder_pe_detr`` / ``encoder_pe_cond``: which position encoding a
   DETR-family encoder should use (``encoder_pe``): the quick-start DETR and
   Conditional DETR with sine, sine + contextual iRPE, sine + RoPE-2D, sine +
@@ -61,6 +67,17 @@ COND_IRPE = 'configs/quickstart/conditional-detr_irpe_r18_synthetic.py'
 COND_ROPE_MIXED = \
     'configs/quickstart/conditional-detr_rope-mixed_r18_synthetic.py'
 NO_SINE = 'model.encoder_pe.absolute=none'
+CPVT_SEG = 'configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py'
+PCPVT_SEG = 'configs/quickstart/fpn_pcpvt-tiny_synthetic-seg.py'
+SEG_STUDIES = ('cpvt_seg', )
+#: test of the segmentation studies -> extra --cfg-options of tools/test.py
+SEG_TESTS = {
+    **{f'x{s:g}': [f'test_dataloader.dataset.pipeline.1.scale_factor={s}']
+       for s in (1.0, 1.5, 2.0)},
+    'slide': ['model.test_cfg.mode=slide',
+              'model.test_cfg.crop_size=(128,128)',
+              'model.test_cfg.stride=(85,85)'],
+}
 
 #: study -> list of (row name, config, extra --cfg-options)
 STUDIES: Dict[str, List[tuple]] = {
@@ -87,6 +104,10 @@ STUDIES: Dict[str, List[tuple]] = {
         ('CPVT peg + padding mask', CPVT_PADMASK,
          ['model.backbone.pos_encoding=peg'])
     ],
+    'cpvt_seg': [
+        (f'CPVT {pe}', CPVT_SEG, [f'model.backbone.pos_encoding={pe}'])
+        for pe in ('peg', 'learnable', 'sine', 'none', 'rope-mixed', 'irpe')
+    ] + [('Twins-PCPVT (mmseg)', PCPVT_SEG, [])],
     # 'sine' and 'sine + iRPE ctx' are Tab. 6 #1 and #6 (the same commands)
     'encoder_pe_detr': [
         ('DETR sine', DETR, []),
@@ -114,6 +135,7 @@ DEFAULT_EPOCHS = {
     'cpvt_res': 4,
     'encoder_pe_detr': 8,
     'encoder_pe_cond': 4,  # ~ the wall time of DETR's 8 (step 0.72 / 0.41 s)
+    'cpvt_seg': 1000,  # iterations (of 8 crops), see docs/results.md
 }
 
 
@@ -190,6 +212,59 @@ def run_one(study: str, name: str, config: str, options: List[str],
     return result
 
 
+def _last_metrics(work_dir: str, pattern: str, key: str) -> Dict[str, float]:
+    """The last JSON line with ``key`` in the files matching ``pattern``."""
+    metrics: Dict[str, float] = {}
+    for path in sorted(glob.glob(osp.join(work_dir, pattern))):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                if key in rec:
+                    metrics = rec
+    if not metrics:
+        raise RuntimeError(f'no {key} in {work_dir}/{pattern}')
+    return metrics
+
+
+def run_seg_one(study: str, name: str, config: str, options: List[str],
+                seed: int, args) -> dict:
+    """Train one segmentation row for ``args.epochs`` *iterations*, then
+    test its checkpoint in every :data:`SEG_TESTS` setting (mIoU)."""
+    slug = name.replace(' ', '_').replace('(', '').replace(')', '')
+    work_dir = osp.join(args.work_dir, study, f'{slug}_seed{seed}')
+    os.makedirs(work_dir, exist_ok=True)
+    iters = args.epochs
+    opts = [
+        f'randomness.seed={seed}', f'train_cfg.max_iters={iters}',
+        f'train_cfg.val_interval={iters}',
+        f'default_hooks.checkpoint.interval={iters}',
+        f'param_scheduler.1.end={iters}', *options
+    ]
+    if args.data_root:
+        root = args.data_root.rstrip('/') + '/'
+        opts += [f'{split}_dataloader.dataset.data_root={root}'
+                 for split in ('train', 'val', 'test')]
+    result = dict(study=study, row=name, seed=seed, config=config,
+                  options=options)
+    threads = getattr(args, 'threads', None)
+    resume = ['--resume'] if glob.glob(osp.join(work_dir, '*.pth')) else []
+    result['train_seconds'] = _run(
+        ['tools/train.py', config, '--work-dir', work_dir, *resume,
+         '--cfg-options', *opts], osp.join(work_dir, 'train.log'), threads)
+    result['metrics'] = _last_metrics(work_dir, '*/vis_data/scalars.json',
+                                      'mIoU')
+    ckpt = osp.join(work_dir, f'iter_{iters}.pth')
+    result['tests'] = {}
+    for test, test_opts in SEG_TESTS.items():
+        test_dir = osp.join(work_dir, f'test_{test}')
+        _run(['tools/test.py', config, ckpt, '--work-dir', test_dir,
+              '--cfg-options', *opts, *test_opts],
+             osp.join(work_dir, f'test_{test}.log'), threads)
+        result['tests'][test] = _last_metrics(
+            test_dir, '*/[0-9]*.json', 'mIoU')['mIoU']
+    return result
+
+
 def _command(config: str, options: Sequence[str], seed: int,
              epochs: Optional[int]) -> tuple:
     """What makes two runs the same run, whatever row they report."""
@@ -237,6 +312,20 @@ def summarise(results: List[dict]) -> str:
         title = f'### {study} (seeds {seeds}, epochs {epochs})'
         groups = [(name, [r for r in rows if r['row'] == name])
                   for name in names]
+        if study in SEG_STUDIES:
+            head = ['row'] + [f'mIoU {t}' for t in SEG_TESTS] + [
+                'train s/run']
+            lines += [title.replace('epochs', 'iterations'), '',
+                      '| ' + ' | '.join(head) + ' |',
+                      '|' + '---|' * len(head)]
+            for name, group in groups:
+                cells = [_mean_std([r['tests'][t] for r in group], '.1f')
+                         for t in SEG_TESTS]
+                secs = _mean_std([r['train_seconds'] for r in group], '.0f')
+                lines.append('| ' + ' | '.join(
+                    [_row_label(name, group), *cells, secs]) + ' |')
+            lines.append('')
+            continue
         if study != 'cpvt_res':
             lines += [title, '', '| row | AP | AP50 | train s/run |',
                       '|---|---|---|---|']
@@ -337,6 +426,8 @@ def _plan(args, results: List[dict]):
 def _start(study, name, config, options, seed, args) -> dict:
     print(f'[ablation] start {study} | {name} | seed {seed} | '
           f'{args.epochs} epochs', flush=True)
+    if study in SEG_STUDIES:
+        return run_seg_one(study, name, config, options, seed, args)
     return run_one(study, name, config, options, seed, args)
 
 
@@ -377,7 +468,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             results.append(result)
             _save(results, out)
             print(f'[ablation] done {study} | {name} | seed {seed}: '
-                  f'AP50 {result["metrics"].get("coco/bbox_mAP_50")} in '
+                  f'AP50 {result["metrics"].get("coco/bbox_mAP_50")} / '
+                  f'mIoU {result["metrics"].get("mIoU")} in '
                   f'{result["train_seconds"]:.0f} s', flush=True)
     trained = _trained(results)
     for study, name, config, options, seed, epochs in copies:
