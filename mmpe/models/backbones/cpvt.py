@@ -25,6 +25,7 @@ from ..layers.peg import PEG
 from ..layers.pos_embed_2d import SinCosPosEmbed2D, resample_pos_embed
 from ..layers.rope2d import RoPE2D
 from ..layers.rope_mixed import RoPEMixed
+from ..layers.tracing import is_tracing
 from ..layers.vit_block import ViTBlock
 from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
@@ -351,8 +352,8 @@ class CPVT(BaseModule):
         if padding_mask is not None:
             token_mask = token_padding_mask(padding_mask, self.patch_size,
                                             hw_shape)
-            if not token_mask.any():
-                token_mask = None
+            if not is_tracing() and not token_mask.any():
+                token_mask = None  # eager shortcut; a graph keeps the mask
         key_mask = None  # (B, num_skip + h*w)
         if token_mask is not None:
             key_mask = F.pad(token_mask.flatten(1), (self.num_skip, 0))

@@ -178,8 +178,10 @@ class iRPEEncoderMixin:
         """
         encoder_inputs_dict, decoder_inputs_dict = super().pre_transformer(
             img_feats, batch_data_samples)
+        # the sizes as the tensor gives them: ints in eager mode, symbolic
+        # while a graph is traced with dynamic shapes (int() would freeze it)
         height, width = img_feats[-1].shape[-2:]
-        encoder_inputs_dict['spatial_shape'] = (int(height), int(width))
+        encoder_inputs_dict['spatial_shape'] = (height, width)
         sine = encoder_inputs_dict['feat_pos']
         if self.abs_pe == 'none':
             encoder_inputs_dict['feat_pos'] = torch.zeros_like(sine)

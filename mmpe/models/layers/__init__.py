@@ -10,6 +10,7 @@ from .pos_embed_2d import (SinCosPosEmbed2D, build_sincos_pos_embed_2d,
                            resample_pos_embed)
 from .rope2d import RoPE2D, apply_rope2d, build_rope2d
 from .rope_mixed import RoPEMixed, init_mixed_freqs
+from .tracing import is_tracing
 from .vit_block import Mlp, ViTAttention, ViTBlock
 
 __all__ = [
@@ -19,5 +20,5 @@ __all__ = [
     'PEAttention', 'ViTAttention', 'ViTBlock', 'Mlp', 'PEG', 'BoundedCache',
     'CacheInfo', 'SinCosPosEmbed2D', 'build_sincos_pos_embed_2d',
     'resample_pos_embed', 'RoPE2D', 'apply_rope2d', 'build_rope2d',
-    'RoPEMixed', 'init_mixed_freqs'
+    'RoPEMixed', 'init_mixed_freqs', 'is_tracing'
 ]

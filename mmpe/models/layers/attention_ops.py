@@ -5,6 +5,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .tracing import is_tracing
+
 # device types where _MaskedSoftmax reuses its buffers (see its docstring)
 _SOFTMAX_INPLACE_DEVICES = ('cpu', )
 
@@ -88,5 +90,12 @@ class _MaskedSoftmax(torch.autograd.Function):
 
 def masked_softmax(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
     """``softmax(logits + mask, -1)``; ``logits`` must be a fresh buffer
-    that nothing else reads (it may become the result)."""
+    that nothing else reads (it may become the result).
+
+    While tracing, plain ``torch.softmax``: a compiler fuses the add and the
+    softmax itself and plans its own buffers, and the exporters need
+    functional ops.
+    """
+    if is_tracing():
+        return torch.softmax(logits if mask is None else logits + mask, -1)
     return _MaskedSoftmax.apply(logits, mask)

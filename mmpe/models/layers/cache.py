@@ -4,10 +4,17 @@ Bucket-id plans, per-axis index tables and position tables depend on the
 token grid, which changes with every batch of a detector. Each is kept in a
 :class:`BoundedCache` (least recently used out), keyed by everything it
 depends on, so a stream of sizes neither rebuilds every step nor grows.
+
+While a graph is traced (:func:`~mmpe.models.layers.tracing.is_tracing`) the
+cache is bypassed: the grid may be symbolic, and the tables become tensor
+ops of the graph, computed from the grid, instead of constants frozen at one
+size.
 """
 import threading
 from collections import OrderedDict
 from typing import Callable, Hashable, NamedTuple
+
+from .tracing import is_tracing
 
 
 class CacheInfo(NamedTuple):
@@ -40,7 +47,12 @@ class BoundedCache:
         self.hits = self.misses = 0
 
     def get(self, key: Hashable, build: Callable[[], object]) -> object:
-        """Return the entry for ``key``, building and storing it if absent."""
+        """Return the entry for ``key``, building and storing it if absent.
+
+        While tracing, return ``build()`` and leave the cache untouched.
+        """
+        if is_tracing():
+            return build()
         with self._lock:
             if key in self._data:
                 self.hits += 1

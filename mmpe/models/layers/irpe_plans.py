@@ -9,7 +9,7 @@ tables of :func:`~mmpe.models.layers.irpe_index.axis_bucket_tables` and kept
 in :data:`PLAN_CACHE`; the autograd functions make ``expand`` and
 ``reduce`` differentiable, each the other's backward.
 """
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,7 @@ from torch import Tensor
 
 from .cache import BoundedCache
 from .irpe_index import axis_bucket_tables, get_bucket_ids_2d, max_index
+from .tracing import is_tracing
 
 # ---------------------------------------------------------------------------
 # Spatial plans: (N, L0, nbs) per-query bucket values <-> (N, L0, L0) terms.
@@ -75,10 +76,16 @@ class ProductPlan:
                                     F.one_hot(self.cols, self.side).to(dtype))
         return self._onehots[dtype]
 
-    def _chunk(self, n: int) -> int:
+    def _chunks(self, n: int) -> List[Tuple[int, int]]:
+        """``(start, size)`` of the batch chunks of :meth:`expand_add_` and
+        :meth:`reduce`; one chunk while tracing (the sizes may be symbolic,
+        and a compiler plans the memory itself)."""
+        if is_tracing():
+            return [(0, n)]
         per_item = self.height * self.width * self.side * max(
             self.height, self.width)
-        return max(1, min(n, self.max_chunk_elems // per_item))
+        step = max(1, min(n, self.max_chunk_elems // per_item))
+        return [(k, min(step, n - k)) for k in range(0, n, step)]
 
     @staticmethod
     def _per_query(op: Tensor, outer: bool, times: int, items: int) -> Tensor:
@@ -132,13 +139,13 @@ class ProductPlan:
         _, ox = self.onehots(p.dtype)
         row_index = self.row_index.expand(n, l0, h, s)
         rows = p.reshape(n, l0, s, s).gather(2, row_index)  # (n, i, jy, v)
-        step = self._chunk(n)
+        chunks = self._chunks(n)
         # query i = (iy, ix): OX[ix]^T (v, jx)
-        oxt_rep = self._per_query(ox.transpose(1, 2), False, h, step)
-        for k in range(0, n, step):
-            m = min(step, n - k) * l0
-            acc = out[k:k + step].view(m, h, w)
-            acc.baddbmm_(rows[k:k + step].view(m, h, s), oxt_rep[:m])
+        oxt_rep = self._per_query(ox.transpose(1, 2), False, h, chunks[0][1])
+        for k, size in chunks:
+            m = size * l0
+            acc = out[k:k + size].view(m, h, w)
+            acc.baddbmm_(rows[k:k + size].view(m, h, s), oxt_rep[:m])
         return out
 
     def reduce(self, a: Tensor) -> Tensor:
@@ -153,20 +160,26 @@ class ProductPlan:
         n, l0 = a.shape[0], h * w
         oy, ox = self.onehots(a.dtype)
         oyt = oy.transpose(1, 2)  # (iy, u, jy)
+        if is_tracing():
+            # one functional batch: (n * L0, S, h) @ (n * L0, h, w) @ ...
+            oyt_rep = self._per_query(oyt, True, w, n)
+            ox_rep = self._per_query(ox, False, h, n)
+            zy = torch.bmm(oyt_rep, a.reshape(n * l0, h, w))
+            return torch.bmm(zy, ox_rep).view(n, l0, s * s)
         out = a.new_empty(n, l0, s, s)
         if (a.device.type == 'cpu' and not a.is_contiguous()
                 and a.transpose(1, 2).is_contiguous()):
             self._reduce_transposed(a, oyt, ox, out)
             return out.view(n, l0, s * s)
         a = a.contiguous()
-        step = self._chunk(n)
+        chunks = self._chunks(n)
         # query i = (iy, ix): OY[iy]^T (u, jy) and OX[ix] (jx, v)
-        oyt_rep = self._per_query(oyt, True, w, step)
-        ox_rep = self._per_query(ox, False, h, step)
-        for k in range(0, n, step):
-            m = min(step, n - k) * l0
-            zy = torch.bmm(oyt_rep[:m], a[k:k + step].view(m, h, w))
-            torch.bmm(zy, ox_rep[:m], out=out[k:k + step].view(m, s, s))
+        oyt_rep = self._per_query(oyt, True, w, chunks[0][1])
+        ox_rep = self._per_query(ox, False, h, chunks[0][1])
+        for k, size in chunks:
+            m = size * l0
+            zy = torch.bmm(oyt_rep[:m], a[k:k + size].view(m, h, w))
+            torch.bmm(zy, ox_rep[:m], out=out[k:k + size].view(m, s, s))
         return out.view(n, l0, s * s)
 
     def _reduce_transposed(self, a: Tensor, oyt: Tensor, ox: Tensor,

@@ -29,12 +29,14 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from .arg_checks import ATTN_IMPL_CHOICES, RPE_ON_CHOICES, check_choice
+from .arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES, check_choice,
+                         check_grid)
 from .attention_ops import constant_bias, masked_softmax
 from .irpe import iRPE
 from .irpe_flex import (FLEX_DTYPES, flex_unsupported_reason,
                         irpe_flex_attention)
 from .rope2d import apply_rope2d
+from .tracing import is_tracing
 
 
 class PEAttention(BaseModule):
@@ -185,10 +187,11 @@ class PEAttention(BaseModule):
         if rope is not None:
             q = apply_rope2d(q, *rope, num_skip=self.skip)
             k = apply_rope2d(k, *rope, num_skip=self.skip)
-        if key_padding_mask is not None \
+        if key_padding_mask is not None and not is_tracing() \
                 and key_padding_mask.device.type == 'cpu' \
                 and not key_padding_mask.any():
-            key_padding_mask = None  # nothing padded (no sync on CPU)
+            # nothing padded (no sync on CPU); a graph keeps the zero mask
+            key_padding_mask = None
         scale = 1.0 / math.sqrt(q.shape[-1])
         if self.attn_impl == 'flex':
             out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
@@ -317,7 +320,7 @@ class PEAttention(BaseModule):
                 f'{type(self).__name__} needs `spatial_shape=(height, width)` '
                 f'of the token grid when RPE is on (rpe_on={self.rpe_on!r}); '
                 'got None')
-        height, width = (int(s) for s in spatial_shape)
+        height, width = check_grid(*spatial_shape)
         expected = self.skip + height * width
         if q.shape[2] != expected or k.shape[2] != expected:
             raise ValueError(

@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .arg_checks import check_grid
 from .cache import BoundedCache
 
 
@@ -138,7 +139,7 @@ class SinCosPosEmbed2D(nn.Module):
     def forward(self, hw_shape: Tuple[int, int], device: torch.device,
                 dtype: torch.dtype) -> Tensor:
         """Return the ``(h * w, C)`` table for the grid ``hw_shape``."""
-        h, w = int(hw_shape[0]), int(hw_shape[1])
+        h, w = check_grid(*hw_shape)
         return self.cache.get(
             (h, w, device, dtype), lambda: build_sincos_pos_embed_2d(
                 (h, w), self.embed_dims, self.temperature, device, dtype))

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .arg_checks import check_grid
 from .cache import BoundedCache
 
 
@@ -123,7 +124,7 @@ class RoPE2D(nn.Module):
     def forward(self, hw_shape: Tuple[int, int], device: torch.device,
                 dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
         """Return ``(cos, sin)``, each ``(h * w, head_dim)``."""
-        h, w = int(hw_shape[0]), int(hw_shape[1])
+        h, w = check_grid(*hw_shape)
         return self.cache.get(
             (h, w, device, dtype), lambda: build_rope2d(
                 (h, w), self.head_dim, self.theta, device, dtype))

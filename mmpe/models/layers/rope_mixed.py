@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .arg_checks import check_grid
+
 
 def init_mixed_freqs(head_dim: int,
                      num_heads: int,
@@ -112,7 +114,7 @@ class RoPEMixed(nn.Module):
                 device: Optional[torch.device] = None,
                 dtype: torch.dtype = torch.float32) -> Tuple[Tensor, Tensor]:
         """Return ``(cos, sin)``, each ``(num_heads, h * w, head_dim)``."""
-        h, w = int(hw_shape[0]), int(hw_shape[1])
+        h, w = check_grid(*hw_shape)
         device = self.freqs.device if device is None else device
         # float32 at least: half-precision angles of large positions are wrong
         fdtype = torch.float64 if dtype == torch.float64 else torch.float32
