@@ -7,8 +7,8 @@ then trips over. It also deletes the oldest kept checkpoint *before* writing
 the new one, so with ``max_keep_ckpts=1`` a kill during the write leaves no
 checkpoint at all. This subclass, for checkpoints in a local directory:
 
-* writes every checkpoint (periodic, best, and the preemption checkpoint of
-  :class:`~mmpe.engine.PreemptionHook`) and the pointer through
+* writes every checkpoint (periodic, best, published, and the preemption
+  checkpoint of :class:`~mmpe.engine.PreemptionHook`) and the pointer through
   :class:`~mmpe.engine.AtomicLocalBackend` (temporary file, fsync,
   ``os.replace``): a name holds either the previous or the new file;
 * deletes checkpoints beyond ``max_keep_ckpts`` only after the new one is
@@ -28,11 +28,13 @@ writes there are not atomic.
     default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook', ...))
 """
 import glob
+import hashlib
 import logging
 import os
 import os.path as osp
+import pickle
 
-from mmengine.dist import is_main_process
+from mmengine.dist import is_main_process, master_only
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 from mmengine.logging import print_log
@@ -121,6 +123,30 @@ class AtomicCheckpointHook(CheckpointHook):
                 self.file_backend.remove(path)
             elif self.file_backend.isdir(path):
                 self.file_backend.rmtree(path)
+
+    @master_only
+    def _publish_model(self, runner, ckpt_path: str) -> None:
+        """Write the ``published_keys`` of ``ckpt_path`` to
+        ``<name>-<sha256[:8]>.pth``, as CheckpointHook names it."""
+        if not getattr(self, 'atomic', False):
+            return super()._publish_model(runner, ckpt_path)
+        from mmengine.runner.checkpoint import (_load_checkpoint,
+                                                save_checkpoint)
+        checkpoint = _load_checkpoint(ckpt_path, map_location='cpu')
+        dropped = [k for k in checkpoint if k not in self.published_keys]
+        for key in dropped:
+            checkpoint.pop(key)
+        if dropped:
+            print_log(
+                f'Keys {dropped} are left out of the published checkpoint '
+                '(not in published_keys).',
+                logger='current')
+        sha = hashlib.sha256(pickle.dumps(checkpoint)).hexdigest()
+        final_path = osp.splitext(ckpt_path)[0] + f'-{sha[:8]}.pth'
+        save_checkpoint(checkpoint, final_path, backend_args=self.backend_args)
+        print_log(
+            f'The checkpoint ({ckpt_path}) is published to {final_path}.',
+            logger='current')
 
     def save_resumable(self, runner, filename: str) -> str:
         """Write a full checkpoint of the current iteration now.

@@ -8,9 +8,9 @@ run with torch's error, although an older checkpoint beside it would do.
 built:
 
 * :func:`find_resumable_checkpoint` (``--resume`` without a path) lists the
-  file named by ``last_checkpoint`` and every ``*.pth`` in the checkpoint
-  directories except ``best_*.pth`` (those lack the optimizer state),
-  newest first by modification time, and loads them in that order
+  file named by ``last_checkpoint``, then every other ``*.pth`` in the
+  checkpoint directories except ``best_*.pth`` (those lack the optimizer
+  state) newest first by modification time, and loads them in that order
   (weights-only, on CPU, with :func:`~mmpe.engine.load_from_local_safe`,
   the loader the Runner then uses) until one loads. Each file that does not
   load is named in a warning with the reason, and renamed to
@@ -93,9 +93,9 @@ def resume_candidates(work_dir: str,
             (a ``CheckpointHook.out_dir``).
 
     Returns:
-        list[str]: The pointer's target (if it names an existing file) and
-        every ``*.pth`` but ``best_*.pth``, by modification time, newest
-        first (the pointer's target first among equal times).
+        list[str]: The pointer's target (if it names an existing file)
+        first, then every other ``*.pth`` but ``best_*.pth`` by modification
+        time, newest first.
     """
     paths = []
     pointer = _read_pointer(work_dir)
@@ -114,7 +114,10 @@ def resume_candidates(work_dir: str,
             continue
         if osp.isfile(path):
             found.setdefault((st.st_dev, st.st_ino), (path, st.st_mtime_ns, i))
-    ranked = sorted(found.values(), key=lambda f: (-f[1], f[2]))
+    # the pointer's file first: CheckpointHook moves it to each new regular
+    # checkpoint, never to best_* or published copies
+    ranked = sorted(
+        found.values(), key=lambda f: (f[0] != pointer, -f[1], f[2]))
     return [path for path, _, _ in ranked]
 
 

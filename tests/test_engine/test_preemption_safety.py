@@ -86,6 +86,18 @@ def test_candidates_newest_first_without_best(tmp_path):
     ]
 
 
+def test_pointer_file_comes_first(tmp_path):
+    w = str(tmp_path)
+    _checkpoint(osp.join(w, 'epoch_1.pth'), 10**18)
+    # e.g. a published copy, written after the last regular checkpoint
+    _checkpoint(osp.join(w, 'epoch_1-0123abcd.pth'), 2 * 10**18)
+    (tmp_path / 'last_checkpoint').write_text(osp.join(w, 'epoch_1.pth'))
+    assert [osp.basename(p) for p in resume_candidates(w)] == [
+        'epoch_1.pth', 'epoch_1-0123abcd.pth'
+    ]
+    assert find_resumable_checkpoint(w) == (osp.join(w, 'epoch_1.pth'), [])
+
+
 def test_resume_skips_bad_newest_and_keeps_it(tmp_path):
     w = str(tmp_path)
     good, bad = osp.join(w, 'epoch_1.pth'), osp.join(w, 'epoch_2.pth')
@@ -183,3 +195,62 @@ def test_skip_first_batches_and_remainder_loader():
     loader = DataLoader(dataset, batch_sampler=batches, num_workers=0)
     rest = [b.tolist() for b in remainder_loader(loader, 1)]
     assert rest == want[1:]
+
+
+class _Runner:
+    """What AtomicCheckpointHook uses of a Runner; save_checkpoint records
+    which checkpoints existed while each one was written."""
+
+    def __init__(self, work_dir):
+        import logging
+        from mmengine.logging import MessageHub
+        self.work_dir = work_dir
+        self.message_hub = MessageHub.get_instance('test_atomic_hook')
+        self.logger = logging.getLogger('test_atomic_hook')
+        self.seen = []
+
+    def save_checkpoint(self, out_dir, filename, backend_args=None, **kw):
+        self.seen.append(sorted(os.listdir(out_dir)))
+        backend = get_file_backend(out_dir, backend_args=backend_args)
+        backend.put(b'ckpt ' + filename.encode(), osp.join(out_dir, filename))
+
+
+def test_checkpoint_hook_rotates_after_writing(tmp_path):
+    from mmpe.engine import AtomicCheckpointHook
+    w = str(tmp_path)
+    (tmp_path / '.epoch_9.pth.123.mmpe-tmp').write_bytes(b'partial')
+    runner = _Runner(w)
+    hook = AtomicCheckpointHook(interval=1, max_keep_ckpts=1)
+    hook.before_train(runner)
+    assert hook.atomic and os.listdir(w) == []  # stale partial write removed
+    hook._save_checkpoint_with_step(runner, 1, {})
+    hook._save_checkpoint_with_step(runner, 2, {})
+    # MMEngine's hook removes epoch_1.pth before writing epoch_2.pth
+    assert runner.seen == [[], ['epoch_1.pth', 'last_checkpoint']]
+    assert sorted(os.listdir(w)) == ['epoch_2.pth', 'last_checkpoint']
+    assert (tmp_path / 'last_checkpoint').read_text() == osp.join(
+        w, 'epoch_2.pth')
+    assert runner.message_hub.get_info('keep_ckpt_ids') == [2]
+    path = hook.save_resumable(runner, 'iter_5.pth')
+    assert path == osp.join(w, 'iter_5.pth')
+    assert (tmp_path / 'last_checkpoint').read_text() == path
+    assert sorted(os.listdir(w)) == [
+        'epoch_2.pth', 'iter_5.pth', 'last_checkpoint'
+    ]
+
+
+def test_checkpoint_hook_publishes_atomically(tmp_path):
+    from mmpe.engine import AtomicCheckpointHook
+    w = str(tmp_path)
+    hook = AtomicCheckpointHook(
+        interval=1, published_keys=['meta', 'state_dict'])
+    hook.before_train(_Runner(w))
+    torch.save(
+        dict(meta=dict(epoch=1), state_dict=dict(w=torch.ones(2)),
+             optimizer=dict(lr=0.1)), tmp_path / 'epoch_1.pth')
+    hook._publish_model(None, osp.join(w, 'epoch_1.pth'))
+    published = [n for n in os.listdir(w) if n.startswith('epoch_1-')]
+    assert len(published) == 1 and published[0].endswith('.pth')
+    ck = torch.load(tmp_path / published[0], weights_only=True)
+    assert sorted(ck) == ['meta', 'state_dict']
+    assert not [n for n in os.listdir(w) if is_temporary_name(n)]
