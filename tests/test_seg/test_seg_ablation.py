@@ -57,7 +57,7 @@ def test_row_builds_what_it_says(name, config, options):
 def test_test_settings_change_scale_or_mode():
     base = ROWS[0][1:]
     for test, opts in ablation.SEG_TESTS.items():
-        cfg = _cfg(base[0], base[1] + opts)
+        cfg = _cfg(base[0], base[1] + (opts or []))
         resize = cfg.test_dataloader.dataset.pipeline[1]
         assert resize.type == 'Resize'
         if test == 'slide':
@@ -95,8 +95,10 @@ def test_run_seg_one_reads_the_metrics(tmp_path, monkeypatch):
     name, config, options = ROWS[0]
     result = ablation.run_seg_one('cpvt_seg', name, config, options, 3, args)
     assert result['metrics']['mIoU'] == 50.0
-    assert result['tests'] == {'x1': 20.0, 'x1.5': 30.0, 'x2': 40.0,
-                               'slide': 50.0}
+    # x1: the final validation (the same pipeline and metric)
+    assert result['tests'] == {'x1': 50.0, 'x1.5': 20.0, 'x2': 30.0,
+                               'slide': 40.0}
+    assert len(commands) == 4
     train = commands[0]
     for opt in ('randomness.seed=3', 'train_cfg.max_iters=20',
                 'param_scheduler.1.end=20',

@@ -71,9 +71,11 @@ CPVT_SEG = 'configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py'
 PCPVT_SEG = 'configs/quickstart/fpn_pcpvt-tiny_synthetic-seg.py'
 SEG_STUDIES = ('cpvt_seg', )
 #: test of the segmentation studies -> extra --cfg-options of tools/test.py
+#: (None: the run's final validation, which is that test at x1)
 SEG_TESTS = {
+    'x1': None,
     **{f'x{s:g}': [f'test_dataloader.dataset.pipeline.1.scale_factor={s}']
-       for s in (1.0, 1.5, 2.0)},
+       for s in (1.5, 2.0)},
     'slide': ['model.test_cfg.mode=slide',
               'model.test_cfg.crop_size=(128,128)',
               'model.test_cfg.stride=(85,85)'],
@@ -135,7 +137,7 @@ DEFAULT_EPOCHS = {
     'cpvt_res': 4,
     'encoder_pe_detr': 8,
     'encoder_pe_cond': 4,  # ~ the wall time of DETR's 8 (step 0.72 / 0.41 s)
-    'cpvt_seg': 1000,  # iterations (of 8 crops), see docs/results.md
+    'cpvt_seg': 250,  # iterations (of 8 crops), see docs/results.md
 }
 
 
@@ -256,6 +258,9 @@ def run_seg_one(study: str, name: str, config: str, options: List[str],
     ckpt = osp.join(work_dir, f'iter_{iters}.pth')
     result['tests'] = {}
     for test, test_opts in SEG_TESTS.items():
+        if test_opts is None:
+            result['tests'][test] = result['metrics']['mIoU']
+            continue
         test_dir = osp.join(work_dir, f'test_{test}')
         _run(['tools/test.py', config, ckpt, '--work-dir', test_dir,
               '--cfg-options', *opts, *test_opts],
