@@ -67,6 +67,9 @@ fi
 "${PIP[@]}" -q -r "$ROOT/requirements/runtime.txt"
 if [ "$EXTRA" = "tests" ]; then
     "${PIP[@]}" -q -r "$ROOT/requirements/tests.txt"
+    # the ONNX packages may pull numpy 2; the stack (mmcv 2.1.0's ops, mmdet
+    # 3.3.0) needs numpy<2, with which they work.
+    "${PIP[@]}" -q "numpy<2"
     # --no-deps: timm declares torchvision, which does not load beside the CPU
     # torch (see requirements/tests-nodeps.txt); tests give it a stand-in.
     "${PIP[@]}" -q --no-deps -r "$ROOT/requirements/tests-nodeps.txt"

@@ -178,6 +178,33 @@ class iRPEEncoderMixin:
         """
         encoder_inputs_dict, decoder_inputs_dict = super().pre_transformer(
             img_feats, batch_data_samples)
+        return self.encoder_pe_inputs(img_feats, encoder_inputs_dict,
+                                      decoder_inputs_dict)
+
+    def encoder_pe_inputs(self, img_feats: Tuple[Tensor],
+                          encoder_inputs_dict: Dict,
+                          decoder_inputs_dict: Dict) -> Tuple[Dict, Dict]:
+        """mmpe's part of :meth:`pre_transformer`, on top of what mmdet's
+        ``pre_transformer`` returns (also called by
+        :class:`mmpe.deployment.DETRExportWrapper`, which builds mmdet's part
+        with tensor ops for export).
+
+        Adds the grid ``spatial_shape=(h, w)`` of the last feature map,
+        replaces ``feat_pos`` by the chosen absolute encoding (mmdet's sine,
+        learnable, or zeros for ``'none'``) and sets ``memory_pos`` as
+        ``decoder_pos`` says.
+
+        Args:
+            img_feats (tuple[Tensor]): Neck outputs; the last is
+                ``(bs, dim, h, w)``.
+            encoder_inputs_dict (dict): mmdet's encoder inputs (``feat``,
+                ``feat_mask``, ``feat_pos`` the (bs, h * w, dim) sine).
+            decoder_inputs_dict (dict): mmdet's decoder inputs
+                (``memory_mask``, ``memory_pos``).
+
+        Returns:
+            tuple[dict, dict]: The two dicts, updated in place.
+        """
         # the sizes as the tensor gives them: ints in eager mode, symbolic
         # while a graph is traced with dynamic shapes (int() would freeze it)
         height, width = img_feats[-1].shape[-2:]

@@ -1,0 +1,194 @@
+"""ONNX export (PyTorch's dynamo exporter, dynamic batch / height / width):
+onnxruntime equals PyTorch for the quick-start DETR-family detectors with
+mmpe's encoder position encodings and for the CPVT / DeiT-iRPE backbones,
+at the export size and at two others (one a batch with padded images);
+unsupported detectors are refused by name.
+
+The detectors' PyTorch reference is mmdet's own tensor forward with data
+samples (``forward(images, samples, mode='tensor')``: the padding mask
+built by mmdet's loop over the samples), not the export wrapper, so the
+wrapper's tensor-op mask and mmpe's encoder inputs are checked against
+mmdet as well as the graph against PyTorch.
+"""
+import os.path as osp
+
+import mmdet
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmdet.structures import DetDataSample
+from mmengine.config import Config
+
+pytest.importorskip('onnxruntime')
+pytest.importorskip('onnxscript')
+
+from mmpe.deployment import (check_exportable,  # noqa: E402
+                             export_backbone_onnx, export_detector_onnx,
+                             max_abs_diff, onnxruntime_session,
+                             run_onnxruntime)
+
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
+QUICKSTART = osp.join(ROOT, 'configs', 'quickstart')
+MMDET_CONFIGS = osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs')
+
+DETECTORS = {
+    'detr-irpe': 'detr_irpe_r18_synthetic.py',
+    'conditional-detr-irpe': 'conditional-detr_irpe_r18_synthetic.py',
+    'dab-detr-irpe': 'dab-detr_irpe_r18_synthetic.py',
+    'detr-rope-mixed': 'detr_rope-mixed_r18_synthetic.py',
+}
+BACKBONES = {
+    'cpvt-tiny': 'mask-rcnn_cpvt-tiny_synthetic.py',
+    'deit-tiny-irpe': 'mask-rcnn_deit-tiny-irpe_synthetic.py',
+}
+# Export batch, then two other sizes; (B, H, W) and each image's valid (h, w)
+# (None: the whole batch). Detector inputs are multiples of 8 as the
+# configs' pad_size_divisor makes them; the backbone takes any size.
+EXPORT = (2, 64, 96)
+DETECTOR_CASES = {
+    'export-size': (EXPORT, None),
+    'single-48x80': ((1, 48, 80), None),
+    'padded-batch': ((3, 72, 104), [(72, 104), (56, 104), (72, 64)]),
+}
+BACKBONE_CASES = {
+    'export-size': (2, 64, 96),
+    'single-50x70': (1, 50, 70),
+    'batch-80x112': (3, 80, 112),
+}
+# float32, random weights: onnxruntime's kernels sum in other orders than
+# torch's (GEMMs, softmax, layer norms), so six transformer layers on top of
+# a ResNet differ by ~1e-6..1e-5 relative; logits of magnitude ~1-10 -> an
+# absolute bound of 1e-4. Boxes are sigmoids in [0, 1]: the same bound.
+# A wrong mask, grid or position encoding changes outputs by >= 1e-2.
+ATOL = 1e-4
+
+
+def _config(name):
+    return Config.fromfile(osp.join(QUICKSTART, name))
+
+
+def _images(batch, height, width, shapes, seed=0):
+    """Normalised images, zero on padding as mmdet's preprocessor pads."""
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch, 3, height, width, generator=gen)
+    shapes = shapes or [(height, width)] * batch
+    for i, (h, w) in enumerate(shapes):
+        images[i, :, h:] = 0
+        images[i, :, :, w:] = 0
+    return images, torch.tensor(shapes, dtype=torch.long)
+
+
+def _samples(img_shapes, batch_shape):
+    samples = []
+    for h, w in img_shapes.tolist():
+        sample = DetDataSample()
+        sample.set_metainfo(
+            dict(img_shape=(h, w), batch_input_shape=tuple(batch_shape)))
+        samples.append(sample)
+    return samples
+
+
+@pytest.fixture(scope='module', params=list(DETECTORS))
+def exported_detector(request, tmp_path_factory):
+    """(detector, onnxruntime session): exported once per module."""
+    torch.set_num_threads(1)
+    cfg = _config(DETECTORS[request.param])
+    # one encoder and one decoder layer: every op of the 3 + 3 of the
+    # config, at a fraction of the export time (which grows with the ops)
+    cfg.model.encoder.num_layers = cfg.model.decoder.num_layers = 1
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    model.eval()
+    out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
+    images, img_shapes = _images(*EXPORT, [(64, 96), (64, 48)])
+    # optimize=False: faster; the optimised graph is tested end to end
+    export_detector_onnx(model, out, images, img_shapes, optimize=False)
+    return model, onnxruntime_session(out, num_threads=1)
+
+
+@pytest.mark.parametrize('case', list(DETECTOR_CASES))
+def test_detector_onnxruntime_equals_mmdet_forward(exported_detector, case):
+    model, session = exported_detector
+    (batch, height, width), shapes = DETECTOR_CASES[case]
+    images, img_shapes = _images(batch, height, width, shapes, seed=1)
+    with torch.no_grad():
+        all_scores, all_boxes = model(
+            images, _samples(img_shapes, (height, width)), mode='tensor')
+    want = (all_scores[-1], all_boxes[-1])
+    got = run_onnxruntime(session, dict(images=images, img_shapes=img_shapes))
+    assert got[0].shape == want[0].shape and got[1].shape == (batch, 10, 4)
+    assert max_abs_diff(got, want) < ATOL
+    if shapes is not None:
+        # the mask is an input: the whole-batch mask changes the outputs
+        full = torch.tensor([(height, width)] * batch)
+        other = run_onnxruntime(session, dict(images=images, img_shapes=full))
+        assert max_abs_diff(other, got) > 100 * ATOL
+
+
+@pytest.fixture(scope='module', params=list(BACKBONES))
+def exported_backbone(request, tmp_path_factory):
+    torch.set_num_threads(1)
+    cfg = _config(BACKBONES[request.param])
+    torch.manual_seed(0)
+    backbone = MODELS.build(cfg.model.backbone)
+    backbone.init_weights()
+    backbone.eval()
+    out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
+    images, _ = _images(*BACKBONE_CASES['export-size'], None)
+    export_backbone_onnx(backbone, out, images, optimize=False)
+    return backbone, onnxruntime_session(out, num_threads=1)
+
+
+@pytest.mark.parametrize('case', list(BACKBONE_CASES))
+def test_backbone_onnxruntime_equals_pytorch(exported_backbone, case):
+    backbone, session = exported_backbone
+    images, _ = _images(*BACKBONE_CASES[case], None, seed=2)
+    with torch.no_grad():
+        want = tuple(backbone(images))
+    got = run_onnxruntime(session, dict(images=images))
+    p = backbone.patch_size
+    batch, _, height, width = images.shape
+    assert got[0].shape[0] == batch and got[0].shape[-2:] == (
+        -(-height // p), -(-width // p))
+    assert max_abs_diff(got, want) < ATOL
+
+
+@pytest.mark.parametrize(
+    'config, name, reason',
+    [(osp.join(MMDET_CONFIGS, 'deformable_detr',
+               'deformable-detr_r50_16xb2-50e_coco.py'), 'DeformableDETR',
+      'deformable attention'),
+     (osp.join(MMDET_CONFIGS, 'dino', 'dino-4scale_r50_8xb2-12e_coco.py'),
+      'DINO', 'deformable attention'),
+     (osp.join(MMDET_CONFIGS, 'retinanet', 'retinanet_r18_fpn_1x_coco.py'),
+      'RetinaNet', 'not a DETR-family detector'),
+     (osp.join(QUICKSTART, 'mask-rcnn_cpvt-tiny_synthetic.py'), 'MaskRCNN',
+      'not a DETR-family detector')],
+    ids=['deformable-detr', 'dino', 'retinanet', 'mask-rcnn'])
+def test_unsupported_detector_is_named(config, name, reason):
+    cfg = Config.fromfile(config)
+    cfg.model.backbone.init_cfg = None  # no downloads
+    model = MODELS.build(cfg.model)
+    with pytest.raises(ValueError) as err:
+        check_exportable(model)
+    message = str(err.value)
+    assert f'Unsupported detector {name} ' in message and reason in message
+    for supported in ('DETR', 'ConditionalDETR', 'DABDETR', 'iRPEDETR',
+                      'iRPEConditionalDETR', 'iRPEDABDETR'):
+        assert f"'{supported}'" in message
+
+
+def test_export_tool_refuses_unsupported_without_traceback(capsys, tmp_path):
+    import sys
+    sys.path.insert(0, osp.join(ROOT, 'tools', 'deployment'))
+    try:
+        from export_onnx import main
+    finally:
+        sys.path.pop(0)
+    config = osp.join(QUICKSTART, 'mask-rcnn_cpvt-tiny_synthetic.py')
+    code = main([config, 'none', '--out', str(tmp_path / 'x.onnx')])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert 'Unsupported detector MaskRCNN for ONNX export' in err
+    assert 'Traceback' not in err and not (tmp_path / 'x.onnx').exists()
