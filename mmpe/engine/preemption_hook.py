@@ -23,6 +23,14 @@ again later"), which ``tools/slurm_train.sh`` answers by requeueing; the next
 
 Handlers are installed in ``before_train`` (main thread only) and the
 previous ones put back in ``after_train`` or before the hook raises.
+Dataloader workers forked later inherit the Python handlers, so a
+``SIGUSR1`` sent to the whole process group leaves them running; but torch's
+workers install their own ``SIGTERM`` handler that ends them, and a run with
+``num_workers > 0`` whose workers get ``SIGTERM`` too (Slurm signals every
+process of a step) fails with torch's "DataLoader worker ... killed" error
+before the next iteration boundary: the requeued run then resumes from the
+last regular checkpoint. (Blocking the signal in the workers is no way out:
+``multiprocessing`` stops daemonic workers at exit with ``SIGTERM``.)
 
 ``tools/train.py`` adds it to every config; to choose the signals::
 
