@@ -22,47 +22,23 @@
 # run again (a new allocation) with the same arguments; either way
 # tools/train.py --resume continues from that checkpoint.
 set -u
-if [ $# -lt 4 ]; then
-    echo "usage: $0 PARTITION JOB_NAME CONFIG WORK_DIR [GPUS] [train.py args...]" >&2
-    exit 2
-fi
-PARTITION=$1
-JOB_NAME=$2
-CONFIG=$3
-WORK_DIR=$4
-shift 4
-if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then
-    GPUS=$1
-    shift
-else
-    GPUS=${GPUS:-8}
-fi
-GPUS_PER_NODE=${GPUS_PER_NODE:-$((GPUS < 8 ? GPUS : 8))}
-CPUS_PER_TASK=${CPUS_PER_TASK:-5}
-SRUN_ARGS=${SRUN_ARGS:-""}
+DIR="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=tools/slurm_args.sh
+source "$DIR/slurm_args.sh"
+slurm_parse_args WORK_DIR train.py "$@" || exit 2
+WORK_DIR=$ARG4
 SIGNAL=${SIGNAL:-USR1}
 SIGNAL_TIME=${SIGNAL_TIME:-120}
 MAX_REQUEUES=${MAX_REQUEUES:-20}
-PYTHON=${PYTHON:-python}
 PREEMPTED=75
-DIR="$(cd "$(dirname "$0")" && pwd)"
-export PYTHONPATH="$DIR/..${PYTHONPATH:+:$PYTHONPATH}"
 
 attempt=0
 while true; do
     # SRUN_ARGS unquoted on purpose: several options in one variable
     # shellcheck disable=SC2086
-    srun -p "$PARTITION" \
-        --job-name="$JOB_NAME" \
-        --gres=gpu:"$GPUS_PER_NODE" \
-        --ntasks="$GPUS" \
-        --ntasks-per-node="$GPUS_PER_NODE" \
-        --cpus-per-task="$CPUS_PER_TASK" \
-        --kill-on-bad-exit=1 \
-        --signal="$SIGNAL@$SIGNAL_TIME" \
-        $SRUN_ARGS \
+    srun "${SRUN_OPTS[@]}" --signal="$SIGNAL@$SIGNAL_TIME" ${SRUN_ARGS:-} \
         "$PYTHON" -u "$DIR/train.py" "$CONFIG" --work-dir="$WORK_DIR" \
-        --launcher=slurm --resume "$@"
+        --launcher=slurm --resume "${TOOL_ARGS[@]}"
     status=$?
     if [ "$status" -ne "$PREEMPTED" ]; then
         exit "$status"
