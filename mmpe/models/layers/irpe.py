@@ -18,9 +18,10 @@ from torch import Tensor, nn
 from .arg_checks import check_choice, check_grid, check_positive_int
 from .cache import CacheInfo
 from .irpe_index import (INDEX_FUNCS, METHODS, get_bucket_ids_2d,
-                         get_num_buckets, num_buckets_per_table)
+                         get_num_buckets, max_index, num_buckets_per_table)
 from .irpe_plans import (PLAN_CACHE, Expand, ExpandAdd, ProductPlan, Reduce,
                          _Plan, get_plan)
+from .tracing import is_tracing
 
 @MODELS.register_module()
 class iRPE(BaseModule):
@@ -158,6 +159,16 @@ class iRPE(BaseModule):
         self.init = init
         self.num_buckets = get_num_buckets(method, index, self.ratio,
                                            max_distance, skip)
+        # sizes derived from `ratio`, fixed here as ints: a traced forward
+        # (torch.compile with dynamic=True) sees module floats as symbols
+        self._side = 2 * max_index(index, self.ratio, max_distance) + 1
+        per = num_buckets_per_table(method, index, self.ratio, max_distance,
+                                    skip)
+        spatial = per - int(skip > 0)
+        self._slices = ((slice(0, spatial), slice(per, per + spatial))
+                        if method == 'cross' else (slice(0, spatial), ))
+        self._extras = (per - 1, 2 * per - 1) if method == 'cross' else (
+            per - 1, )
         heads = 1 if shared_head else num_heads
         shape = (heads, self.num_buckets)
         if mode == 'contextual':
@@ -205,7 +216,7 @@ class iRPE(BaseModule):
 
     def _plan(self, height: int, width: int, device: torch.device) -> _Plan:
         return get_plan(self.method, self.index, self.ratio,
-                        self.max_distance, height, width, device)
+                        self.max_distance, height, width, device, self._side)
 
     def bucket_ids(
             self,
@@ -308,9 +319,10 @@ class iRPE(BaseModule):
         values = values.reshape(b * h, length, -1)
         if (logits is not None and self.on == 'k' and self.skip == 0
                 and isinstance(plan, ProductPlan) and logits.is_contiguous()
-                and logits.dtype == values.dtype):
+                and logits.dtype == values.dtype and not is_tracing()):
             # the whole logits (not a view of them) go in: in-place ops on
-            # views cost autograd a copy of the gradient
+            # views cost autograd a copy of the gradient. Eager only: a
+            # traced graph needs functional ops and fuses the add itself
             return ExpandAdd.apply(logits, values, plan)
         term = self._expand(values, plan).view(b, h, length, length)
         if self.on == 'q':  # r^Q uses b(j, i), as the authors' release
@@ -334,19 +346,11 @@ class iRPE(BaseModule):
     # -- skip tokens and the cross table layout around the spatial plans --
     def _spatial_slices(self) -> Tuple[slice, ...]:
         """Table rows of the spatial buckets, in the plan's order."""
-        per = num_buckets_per_table(self.method, self.index, self.ratio,
-                                    self.max_distance, self.skip)
-        spatial = per - int(self.skip > 0)
-        if self.method == 'cross':
-            return slice(0, spatial), slice(per, per + spatial)
-        return (slice(0, spatial), )
+        return self._slices
 
     def _extra_ids(self) -> Tuple[int, ...]:
         """Table rows of the skip bucket(s) (cross: one per axis)."""
-        per = num_buckets_per_table(self.method, self.index, self.ratio,
-                                    self.max_distance, self.skip)
-        return (per - 1,
-                2 * per - 1) if self.method == 'cross' else (per - 1, )
+        return self._extras
 
     def _expand(self, values: Tensor, plan: _Plan) -> Tensor:
         """(N, L, num_buckets) -> (N, L, L), ``out[n, i, j] = values[n, i,

@@ -71,6 +71,9 @@ class ProductPlan:
 
         ``OY[iy, jy, u] = [ry(iy, jy) == u]`` and likewise for ``OX``.
         """
+        if is_tracing():  # no state changes inside a traced function
+            return (F.one_hot(self.rows, self.side).to(dtype),
+                    F.one_hot(self.cols, self.side).to(dtype))
         if dtype not in self._onehots:
             self._onehots[dtype] = (F.one_hot(self.rows, self.side).to(dtype),
                                     F.one_hot(self.cols, self.side).to(dtype))
@@ -320,20 +323,38 @@ class Reduce(torch.autograd.Function):
 PLAN_CACHE = BoundedCache(32)
 
 
-def get_plan(method: str, index: str, ratio: float,
-             max_distance: Optional[int], height: int, width: int,
-             device: torch.device) -> _Plan:
-    """The cached plan of a grid (spatial tokens only, no skip tokens)."""
+def get_plan(method: str,
+             index: str,
+             ratio: float,
+             max_distance: Optional[int],
+             height: int,
+             width: int,
+             device: torch.device,
+             side: Optional[int] = None) -> _Plan:
+    """The cached plan of a grid (spatial tokens only, no skip tokens).
+
+    ``side`` (``2b + 1``, the buckets per axis) may be given as a Python
+    int: :class:`~mmpe.models.layers.iRPE` passes the one it computed at
+    build time, because with ``torch.compile(dynamic=True)`` a module's
+    float ``ratio`` is traced as a symbolic value, and sizes derived from it
+    would become symbolic too.
+    """
     key = (method, index, ratio, max_distance, height, width, device)
     return PLAN_CACHE.get(
         key, lambda: _build_plan(method, index, ratio, max_distance, height,
-                                 width, device))
+                                 width, device, side))
 
 
-def _build_plan(method: str, index: str, ratio: float,
-                max_distance: Optional[int], height: int, width: int,
-                device: torch.device) -> _Plan:
-    side = 2 * max_index(index, ratio, max_distance) + 1
+def _build_plan(method: str,
+                index: str,
+                ratio: float,
+                max_distance: Optional[int],
+                height: int,
+                width: int,
+                device: torch.device,
+                side: Optional[int] = None) -> _Plan:
+    if side is None:
+        side = 2 * max_index(index, ratio, max_distance) + 1
     if method in ('product', 'cross'):
         tables = axis_bucket_tables(height, width, method, index, ratio,
                                     max_distance, device)

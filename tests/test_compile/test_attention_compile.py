@@ -1,0 +1,146 @@
+"""The attention core compiles in one graph with a symbolic grid, forward
+and backward, for every iRPE setting and RoPE, and the compiled module equals
+eager forward and backward.
+
+Backend ``aot_eager``: TorchDynamo traces the forward, AOTAutograd traces the
+joint forward/backward graph (functionalisation included), and the graph
+runs eagerly; inductor's code generation is exercised on the representative
+encoders of ``test_encoder_compile.py``. One compiled function sees three
+grid sizes (a padded image in each batch) and must compile exactly once:
+``fullgraph=True`` makes a graph break an error.
+"""
+import pytest
+import torch
+
+from mmpe.models.layers import ViTAttention, iRPEMultiheadAttention
+
+#: aot_eager runs the same ATen kernels as eager; only the gradient
+#: accumulation order of the traced backward may differ (float32)
+FWD_TOL = dict(atol=1e-5, rtol=1e-5)
+GRIDS = ((3, 4), (5, 2), (4, 6))
+
+# Every (mode, method) with rpe_on k, q, v and all three (bias: k, qk);
+# index, table sharing, skip tokens and the layout rotate across them.
+CASES = []
+for i, (mode, method, rpe_on) in enumerate(
+        [(m, meth, on) for m, ons in (('contextual', ('k', 'q', 'v', 'qkv')),
+                                      ('bias', ('k', 'qk')))
+         for meth in ('product', 'cross', 'euclidean', 'quant')
+         for on in ons]):
+    CASES.append(
+        dict(
+            rpe_cfg=dict(
+                mode=mode, method=method, shared_head=bool(i % 2),
+                init='xavier',
+                **(dict(index='clip', max_distance=2) if i % 3 == 2 else dict(
+                    ratio=1.0))),
+            rpe_on=rpe_on,
+            skip=i % 2,
+            layout='timm' if i % 4 == 1 else 'mmcv'))
+CASES += [
+    dict(rope_cfg=dict(type='rope2d'), layout='mmcv'),
+    dict(rope_cfg=dict(type='rope-mixed'), layout='mmcv'),
+    dict(rope_cfg=dict(type='rope-mixed'), layout='mmcv', both=True),
+    dict(layout='mmcv'),
+]
+
+
+def _case_id(case):
+    if 'rpe_cfg' not in case:
+        return case.get('rope_cfg', {}).get('type', 'none') + (
+            '+irpe' if case.get('both') else '')
+    cfg = case['rpe_cfg']
+    return (f"{cfg['mode']}-{cfg['method']}-{case['rpe_on']}-"
+            f"skip{case['skip']}-{case['layout']}")
+
+
+def _module(case):
+    torch.manual_seed(0)
+    if case['layout'] == 'timm':
+        return ViTAttention(
+            16, 2, rpe_cfg=case['rpe_cfg'], rpe_on=case['rpe_on'],
+            skip=case['skip'])
+    rpe = case.get('rpe_cfg')
+    if case.get('both'):  # RoPE and iRPE in one attention
+        rpe = dict(mode='contextual', method='product', ratio=1.0)
+    kwargs = dict(rpe_cfg=rpe, rope_cfg=case.get('rope_cfg'))
+    if rpe is not None:
+        kwargs['rpe_on'] = case.get('rpe_on', 'k')
+        kwargs['rpe_cfg'] = dict(rpe, skip=case.get('skip', 0))
+    return iRPEMultiheadAttention(16, 2, batch_first=True, **kwargs)
+
+
+class GridCall(torch.nn.Module):
+    """Attention over the tokens of a feature map ``(B, C, h, w)`` (plus
+    ``skip`` leading tokens), the grid read from the map's shape."""
+
+    def __init__(self, attn, skip):
+        super().__init__()
+        self.attn, self.skip = attn, skip
+
+    def forward(self, feat, mask):
+        height, width = feat.shape[-2:]
+        x = feat.flatten(2).transpose(1, 2)  # (B, h * w, C)
+        if self.skip:
+            x = torch.cat([x.mean(1, keepdim=True), x], dim=1)
+            mask = torch.cat([mask[:, :1] & False, mask], dim=1)
+        if isinstance(self.attn, ViTAttention):
+            return self.attn(x, (height, width), key_padding_mask=mask)
+        return self.attn(
+            x, key_padding_mask=mask, spatial_shape=(height, width))
+
+
+def _inputs(grid, seed):
+    g = torch.Generator().manual_seed(seed)
+    feat = torch.randn(2, 16, *grid, generator=g)
+    mask = torch.zeros(2, grid[0] * grid[1], dtype=torch.bool)
+    mask[1, -grid[1]:] = True  # the second image's last row is padding
+    return feat, mask
+
+
+def _fwd_bwd(fn, module, feat, mask):
+    feat = feat.clone().requires_grad_(True)
+    out = fn(feat, mask)
+    g = torch.Generator().manual_seed(7)
+    (out * torch.randn(out.shape, generator=g)).sum().backward()
+    grads = {n: p.grad.clone() for n, p in module.named_parameters()}
+    module.zero_grad(set_to_none=True)
+    return out.detach(), feat.grad, grads
+
+
+@pytest.mark.parametrize('case', CASES, ids=_case_id)
+def test_attention_compiles_once_and_equals_eager(case):
+    call = GridCall(_module(case), case.get('skip', 0)).train()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(
+        call, backend='aot_eager', fullgraph=True, dynamic=True)
+    for i, grid in enumerate(GRIDS):
+        feat, mask = _inputs(grid, i)
+        got = _fwd_bwd(compiled, call, feat, mask)
+        want = _fwd_bwd(call, call, feat, mask)
+        torch.testing.assert_close(got[0], want[0], **FWD_TOL)
+        torch.testing.assert_close(got[1], want[1], **FWD_TOL)
+        for name in want[2]:
+            torch.testing.assert_close(
+                got[2][name], want[2][name], **FWD_TOL, msg=name)
+    stats = torch._dynamo.utils.counters['stats']
+    assert stats['unique_graphs'] == 1
+    assert not torch._dynamo.utils.counters['graph_break']
+
+
+@pytest.mark.parametrize('case', CASES[::3], ids=_case_id)
+def test_inference_path_compiles_once(case):
+    """Without gradients the core takes its other path (the terms as a
+    constant SDPA mask); it too stays one graph over the grids."""
+    call = GridCall(_module(case), case.get('skip', 0)).eval()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(
+        call, backend='eager', fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        for i, grid in enumerate(GRIDS):
+            feat, mask = _inputs(grid, i)
+            torch.testing.assert_close(
+                compiled(feat, mask), call(feat, mask), **FWD_TOL)
+    assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
