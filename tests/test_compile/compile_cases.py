@@ -21,11 +21,12 @@ GRIDS = ((6, 7), (9, 5), (8, 11), (12, 10), (5, 13))
 
 
 def small_detector(detector: str, encoder_pe: dict, seed: int = 0,
-                   embed_dims: int = 32, num_heads: int = 4):
-    """The quick-start config of ``detector`` with ``encoder_pe`` and a
-    narrow encoder (``embed_dims`` channels, 2 layers), initialised."""
+                   num_layers: int = 1):
+    """The quick-start config of ``detector`` with ``encoder_pe`` and
+    ``num_layers`` encoder layers, initialised, in eval mode."""
     cfg = copy.deepcopy(
         Config.fromfile(osp.join(QUICK, DETECTOR_CONFIGS[detector])).model)
+    cfg.encoder.num_layers = num_layers
     attn = cfg.encoder.layer_cfg.self_attn_cfg
     for key in ('rpe_cfg', 'rpe_on', 'rope_cfg'):
         attn.pop(key, None)

@@ -1,0 +1,108 @@
+"""Every position encoding of mmpe compiles in one graph with a symbolic
+grid: ``torch.compile(fullgraph=True, dynamic=True)`` (a graph break is an
+error there) over five grid sizes compiles exactly once (no recompile).
+
+Covered here, inference (the training path of the attention core, with its
+backward, is in ``test_attention_compile.py``):
+
+- the DETR-family encoders (DETR, Conditional DETR, DAB-DETR, each from its
+  quick-start config with one encoder layer) with the ``encoder_pe``
+  absolute part (sine / learnable / none) and relative part (none, iRPE in
+  several modes / methods / ``on``, RoPE-2D, RoPE-Mixed);
+- the CPVT backbone with every ``pos_encoding`` and the DeiT-iRPE layout
+  (class token, learnable table and iRPE), with a padding mask.
+
+The backend only counts graphs, so these tests measure tracing, not code
+generation; the outputs must equal eager.
+"""
+import pytest
+import torch
+
+from compile_cases import GRIDS, EncoderCall, feature_batch, small_detector
+from mmpe.models.backbones import CPVT
+
+# the traced graph runs the eager kernels: equal up to op reordering
+TOL = dict(atol=1e-5, rtol=1e-5)
+IRPE = dict(type='irpe', mode='contextual', method='product', on='k')
+RELATIVES = {
+    'none': None,
+    'irpe-ctx-product-k': IRPE,
+    'irpe-bias-cross-qk': dict(IRPE, mode='bias', method='cross', on='qk'),
+    'irpe-ctx-euclidean-qkv-clip': dict(
+        IRPE, method='euclidean', on='qkv', index='clip', max_distance=3),
+    'irpe-ctx-quant-v-perhead': dict(
+        IRPE, method='quant', on='v', shared_head=False),
+    'rope2d': 'rope2d',
+    'rope-mixed': 'rope-mixed',
+}
+# DETR: every relative part with sine, and three of them with the other
+# absolute parts; Conditional / DAB-DETR (same attention class, own encoder
+# and absolute-part wiring): the main relative parts and absolute parts.
+ENCODER_CASES = (
+    [('DETR', 'sine', rel) for rel in RELATIVES] +
+    [('DETR', absolute, rel) for absolute in ('learnable', 'none')
+     for rel in ('none', 'irpe-ctx-product-k', 'rope-mixed')] +
+    [(det, 'sine', rel) for det in ('ConditionalDETR', 'DABDETR')
+     for rel in ('none', 'irpe-ctx-product-k', 'rope2d', 'rope-mixed')] +
+    [(det, absolute, 'irpe-ctx-product-k')
+     for det in ('ConditionalDETR', 'DABDETR')
+     for absolute in ('learnable', 'none')])
+
+
+def _compile_once(fn, inputs):
+    """Outputs of ``fn`` compiled (fullgraph, dynamic) on every input tuple
+    and the number of graphs compiled for them."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(fn, backend='eager', fullgraph=True,
+                             dynamic=True)
+    outs = [compiled(*args) for args in inputs]
+    return torch._dynamo.utils.counters['stats']['unique_graphs'], outs
+
+
+@pytest.mark.parametrize('detector,absolute,relative', ENCODER_CASES)
+def test_encoder_one_graph_no_recompile(detector, absolute, relative):
+    pe = dict(absolute=absolute)
+    if RELATIVES[relative] is not None:
+        pe['relative'] = RELATIVES[relative]
+    call = EncoderCall(small_detector(detector, pe))
+    inputs = [feature_batch(g, call.detector.embed_dims) for g in GRIDS]
+    with torch.no_grad():
+        graphs, outs = _compile_once(call, inputs)
+        assert graphs == 1
+        for args, out in zip(inputs, outs):
+            torch.testing.assert_close(out, call(*args), **TOL)
+
+
+BACKBONES = {
+    'peg': dict(pos_encoding='peg'),
+    'none': dict(pos_encoding='none'),
+    'learnable': dict(pos_encoding='learnable'),
+    'sine+peg': dict(pos_encoding=('sine', 'peg')),
+    'rope2d': dict(pos_encoding='rope2d'),
+    'rope-mixed': dict(pos_encoding='rope-mixed'),
+    'irpe': dict(pos_encoding='irpe'),
+    'deit-irpe': dict(pos_encoding=('learnable', 'irpe'), use_cls_token=True),
+}
+
+
+@pytest.mark.parametrize('name', BACKBONES)
+def test_cpvt_one_graph_no_recompile(name):
+    torch.manual_seed(0)
+    backbone = CPVT(
+        arch=dict(embed_dims=32, depth=2, num_heads=4, mlp_ratio=2.),
+        img_size=64, patch_size=8, out_indices=(0, 1),
+        **BACKBONES[name]).eval()
+    inputs = []
+    for i, (h, w) in enumerate(GRIDS):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(2, 3, 8 * h, 8 * w, generator=g)
+        pad = torch.zeros(2, 8 * h, 8 * w, dtype=torch.bool)
+        pad[1, -8:] = True  # the second image's last token row is padding
+        inputs.append((x, pad))
+    with torch.no_grad():
+        graphs, outs = _compile_once(backbone, inputs)
+        assert graphs == 1
+        for (x, pad), out in zip(inputs, outs):
+            for o, want in zip(out, backbone(x, pad)):
+                torch.testing.assert_close(o, want, **TOL)
