@@ -286,24 +286,31 @@ def layer_rows(args: argparse.Namespace, device: torch.device,
     return [Row(n, m.to(device), c, b, f) for n, m, c, b, f in rows]
 
 
+def encoder_layer_cfg(args: argparse.Namespace, **attn) -> dict:
+    """``layer_cfg`` of a DETR encoder layer (``args.dims`` channels,
+    ``args.heads`` heads, FFN 8x wide); ``attn`` goes to the
+    self-attention (mmpe's keys: ``rpe_cfg``, ``rpe_on``, ...)."""
+    return dict(
+        self_attn_cfg=dict(
+            embed_dims=args.dims,
+            num_heads=args.heads,
+            dropout=args.dropout,
+            batch_first=True,
+            **attn),
+        ffn_cfg=dict(
+            embed_dims=args.dims,
+            feedforward_channels=8 * args.dims,
+            num_fcs=2,
+            ffn_drop=args.dropout,
+            act_cfg=dict(type='ReLU', inplace=True)))
+
+
 def encoder_rows(args: argparse.Namespace, device: torch.device,
                  flex_ok: Dict[str, bool]) -> List[Row]:
     """6-layer DETR encoders: mmdet's against mmpe's iRPE encoder."""
 
     def layer_cfg(**attn):
-        return dict(
-            self_attn_cfg=dict(
-                embed_dims=args.dims,
-                num_heads=args.heads,
-                dropout=args.dropout,
-                batch_first=True,
-                **attn),
-            ffn_cfg=dict(
-                embed_dims=args.dims,
-                feedforward_channels=8 * args.dims,
-                num_fcs=2,
-                ffn_drop=args.dropout,
-                act_cfg=dict(type='ReLU', inplace=True)))
+        return encoder_layer_cfg(args, **attn)
 
     def mmdet_call(m, x, s):
         return m(query=x, query_pos=s.pos, key_padding_mask=s.mask)
