@@ -137,7 +137,7 @@ DEFAULT_EPOCHS = {
     'cpvt_res': 4,
     'encoder_pe_detr': 8,
     'encoder_pe_cond': 4,  # ~ the wall time of DETR's 8 (step 0.72 / 0.41 s)
-    'cpvt_seg': 250,  # iterations (of 8 crops), see docs/results.md
+    'cpvt_seg': 150,  # iterations (of 8 crops): what 2 busy cores allowed
 }
 
 
