@@ -19,6 +19,10 @@ epoch-based run resumes such a checkpoint mid-epoch
 (``ResumableEpochBasedTrainLoop``). Exit status: 0 done, 2 bad input (data,
 work dir, a --resume checkpoint that does not load), 75 preempted (resume).
 
+With ``--cfg-options compile=True`` (MMEngine compiles ``train_step``),
+``PlainParamGroupsHook`` (added to every config) makes the optimizer's
+parameter groups plain dicts, which ``torch.compile`` needs.
+
     python tools/train.py configs/quickstart/detr_irpe_r18_synthetic.py
     bash tools/dist_train.sh CONFIG 2        # DDP via torchrun
 """
@@ -127,6 +131,7 @@ def build_cfg(args) -> Config:
 
     add_plain_checkpoint_hook(cfg)
     add_preemption_safety(cfg)
+    add_compile_support(cfg)
 
     if args.resume == 'auto':
         cfg.resume = True
@@ -169,6 +174,19 @@ def add_preemption_safety(cfg: Config) -> None:
             isinstance(h, dict) and str(h.get('type', '')).split('.')[-1] ==
             'PreemptionHook' for h in hooks):
         hooks.append(dict(type='mmdet.PreemptionHook'))
+    cfg.custom_hooks = hooks
+
+
+def add_compile_support(cfg: Config) -> None:
+    """Append ``PlainParamGroupsHook`` to ``cfg.custom_hooks`` if absent, so
+    that MMEngine's ``compile=True`` (``torch.compile`` of ``train_step``)
+    can trace ``optimizer.step()``; see ``mmpe.engine.
+    plain_param_groups_hook``. Harmless without ``compile``."""
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    if not any(
+            isinstance(h, dict) and str(h.get('type', '')).split('.')[-1] ==
+            'PlainParamGroupsHook' for h in hooks):
+        hooks.append(dict(type='mmdet.PlainParamGroupsHook'))
     cfg.custom_hooks = hooks
 
 

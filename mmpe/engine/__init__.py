@@ -14,6 +14,7 @@ from .atomic_file_backend import (ATOMIC_BACKEND, AtomicLocalBackend,
 from .autocast_optim_wrapper import AutocastOptimWrapper
 from .padding_mask_hook import BackbonePaddingMaskHook
 from .plain_checkpoint_hook import PlainCheckpointHook
+from .plain_param_groups_hook import PlainParamGroupsHook, plain_param_groups
 from .plain_state import from_plain, non_plain_paths, to_plain
 from .preemption_hook import (PREEMPTED_EXIT_CODE, PreemptionHook,
                               TrainingPreempted)
@@ -29,10 +30,12 @@ from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
 __all__ = [
     'ATOMIC_BACKEND', 'AtomicCheckpointHook', 'AtomicLocalBackend',
     'AutocastOptimWrapper', 'BackbonePaddingMaskHook', 'PREEMPTED_EXIT_CODE',
-    'PlainCheckpointHook', 'PreemptionHook', 'RNGStateHook',
+    'PlainCheckpointHook', 'PlainParamGroupsHook', 'PreemptionHook',
+    'RNGStateHook',
     'ResumableEpochBasedTrainLoop', 'TrainingPreempted', 'UNSAFE_LOAD_ENV',
     'UnsafeCheckpointError', 'atomic_write', 'checkpoint_load_error',
     'find_resumable_checkpoint', 'from_plain', 'is_temporary_name',
-    'load_from_local_safe', 'non_plain_paths', 'rebuild_history_buffer',
+    'load_from_local_safe', 'non_plain_paths', 'plain_param_groups',
+    'rebuild_history_buffer',
     'resolve_resume', 'resume_candidates', 'safe_checkpoint_loading', 'to_plain'
 ]

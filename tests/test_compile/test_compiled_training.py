@@ -1,0 +1,129 @@
+"""MMEngine's ``compile`` setting on every quick-start detection config: the
+Runner replaces ``model.train_step`` by ``torch.compile(model.train_step,
+**cfg.compile)`` (``Runner._maybe_compile``), and three training steps with
+it give the losses of three eager steps from the same weights.
+
+The steps run in-process on two batches of two image sizes each (a wide and
+a tall image, padded), through the config's own data preprocessor and
+optimizer wrapper. Backend ``aot_eager`` (TorchDynamo + AOTAutograd, eager
+kernels) for every config, so graph capture, the traced backward and the
+optimizer update are checked in seconds; full inductor code generation of
+the quick-start DETR-iRPE's train step is the slow e2e test at the end.
+"""
+import copy
+import glob
+import os
+import os.path as osp
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmdet.testing import demo_mm_inputs
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+
+from mmpe.datasets import generate_synthetic_coco
+from mmpe.engine.plain_param_groups_hook import plain_param_groups
+
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
+QUICK = osp.join(ROOT, 'configs', 'quickstart')
+CONFIGS = sorted(
+    osp.basename(p) for p in glob.glob(osp.join(QUICK, '*synthetic.py')))
+# float32 losses after two optimizer updates; the traced backward sums
+# gradients in another order
+LOSS_TOL = dict(atol=1e-4, rtol=1e-4)
+BATCHES = ([(3, 96, 160), (3, 128, 96)], [(3, 112, 64), (3, 80, 144)])
+
+
+def _batches(num_classes, with_mask):
+    return [
+        demo_mm_inputs(
+            batch_size=2, image_shapes=shapes, num_items=[2, 1],
+            num_classes=num_classes, with_mask=with_mask)
+        for shapes in BATCHES
+    ]
+
+
+def _run_steps(cfg, step_fn_of, batches, steps=3):
+    torch.manual_seed(0)
+    model = MODELS.build(copy.deepcopy(cfg.model))
+    model.init_weights()
+    model.train()
+    for m in model.modules():  # dropout draws differ between graphs
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    # what tools/train.py's PlainParamGroupsHook does before training
+    plain_param_groups(optim_wrapper.optimizer)
+    step = step_fn_of(model)
+    losses = []
+    for i in range(steps):
+        log_vars = step(copy.deepcopy(batches[i % len(batches)]),
+                        optim_wrapper)
+        losses.append({k: float(v) for k, v in log_vars.items()})
+    return losses
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_compiled_train_steps_equal_eager(name):
+    cfg = Config.fromfile(osp.join(QUICK, name))
+    batches = _batches(4, with_mask=name.startswith('mask-rcnn'))
+    eager = _run_steps(cfg, lambda m: m.train_step, batches)
+    torch._dynamo.reset()
+    compiled = _run_steps(
+        cfg, lambda m: torch.compile(m.train_step, backend='aot_eager'),
+        batches)
+    for step, (want, got) in enumerate(zip(eager, compiled)):
+        assert want.keys() == got.keys()
+        for key in want:
+            torch.testing.assert_close(
+                got[key], want[key], **LOSS_TOL, msg=f'step {step} {key}')
+
+
+@pytest.mark.slow
+def test_train_py_compile_true_equals_eager(tmp_path):
+    """``tools/train.py ... compile=True`` (inductor) on the quick-start
+    DETR-iRPE logs the losses of the eager run."""
+    root = str(tmp_path / 'data') + '/'
+    generate_synthetic_coco(root, num_train=8, num_val=4, seed=3,
+                            min_size=96, max_size=128)
+    config = osp.join(QUICK, 'detr_irpe_r18_synthetic.py')
+    options = [
+        f'train_dataloader.dataset.data_root={root}',
+        f'val_dataloader.dataset.data_root={root}',
+        f'test_dataloader.dataset.data_root={root}',
+        f'val_evaluator.ann_file={root}annotations/instances_val.json',
+        f'test_evaluator.ann_file={root}annotations/instances_val.json',
+        'train_dataloader.batch_size=4', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False',
+        'val_dataloader.num_workers=0',
+        'val_dataloader.persistent_workers=False',
+        'train_cfg.max_epochs=1', 'train_cfg.val_interval=100',
+        'default_hooks.logger.interval=1', 'log_processor.window_size=1',
+        'randomness.seed=0', 'randomness.deterministic=True',
+        # dropout draws differ between compiled and eager graphs
+        'model.encoder.layer_cfg.ffn_cfg.ffn_drop=0.0',
+        'model.encoder.layer_cfg.self_attn_cfg.dropout=0.0',
+        'model.decoder.layer_cfg.ffn_cfg.ffn_drop=0.0',
+        'model.decoder.layer_cfg.self_attn_cfg.dropout=0.0',
+        'model.decoder.layer_cfg.cross_attn_cfg.dropout=0.0',
+    ]
+    losses = {}
+    for mode in ('eager', 'compiled'):
+        extra = ['compile=True'] if mode == 'compiled' else []
+        work_dir = str(tmp_path / mode)
+        proc = subprocess.run(
+            [sys.executable, 'tools/train.py', config, '--work-dir',
+             work_dir, '--cfg-options', *options, *extra],
+            cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS='1'),
+            capture_output=True, text=True, timeout=1500)
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        log = open(glob.glob(osp.join(work_dir, '*', '*.log'))[0]).read()
+        losses[mode] = [float(v) for v in re.findall(
+            r'Epoch\(train\).*?  loss: ([0-9.]+)', log)]
+    assert len(losses['eager']) == 2
+    torch.testing.assert_close(losses['compiled'], losses['eager'],
+                               atol=1e-3, rtol=1e-4)
