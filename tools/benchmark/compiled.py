@@ -39,7 +39,8 @@ FAIL per level): compiled ``ctx product k`` faster than eager, and at most
 eager against ``torch.compile(model.train_step)`` as MMEngine's runner does
 for ``compile=True`` (``Runner._maybe_compile``: default arguments, i.e.
 inductor and ``dynamic=None``; ``--backend`` changes the backend), built as
-``tools/benchmark/train_step.py`` builds it, on two batches of different
+``tools/benchmark/train_step.py`` builds it (the parameter groups made plain
+dicts, as ``tools/train.py``'s ``PlainParamGroupsHook`` does), on two batches of different
 image sizes (so the second size recompiles with dynamic shapes). Reported:
 the first step of each model on each batch (compile and recompile), then the
 median per batch of ``--train-rounds`` round-robin steps after
@@ -368,10 +369,21 @@ def _error_summary(err: Exception) -> str:
     return text + (f' (at {where[0]})' if where else '')
 
 
+def _build_train_step(cfg: str, device: torch.device):
+    """Model, optimiser wrapper and classes of a config, the parameter
+    groups made plain dicts as ``tools/train.py`` does for every config
+    (``PlainParamGroupsHook``; TorchDynamo needs them to trace
+    ``optimizer.step()``)."""
+    from mmpe.engine.plain_param_groups_hook import plain_param_groups
+    model, optim, num_classes = train_bench.build(cfg, device)
+    plain_param_groups(optim.optimizer)
+    return model, optim, num_classes
+
+
 def _compiled_train_step(cfg: str, backend: str, device: torch.device):
     """A quick-start model whose ``train_step`` is compiled as
     ``Runner._maybe_compile`` compiles it for ``compile=True``."""
-    model, optim, _ = train_bench.build(cfg, device)
+    model, optim, _ = _build_train_step(cfg, device)
     kwargs = {} if backend == 'inductor' else dict(backend=backend)
     model.train_step = torch.compile(model.train_step, **kwargs)
     return model, optim
@@ -391,7 +403,7 @@ def train_step_part(args: argparse.Namespace, device: torch.device) -> dict:
     cfg = args.train_config
     if not os.path.isabs(cfg) and not os.path.exists(cfg):
         cfg = os.path.join(ROOT, cfg)
-    eager_model, eager_optim, num_classes = train_bench.build(cfg, device)
+    eager_model, eager_optim, num_classes = _build_train_step(cfg, device)
     batches = [
         train_bench.make_batch(args.train_batch, args.min_size,
                                args.max_size, num_classes, seed)
@@ -619,15 +631,20 @@ def main(argv: Optional[List[str]] = None) -> dict:
                 results[part] = train_step_part(args, device)
             else:
                 results[part] = attention_part(part, args, device)
-    env['load_avg_end'] = (os.getloadavg()
-                           if hasattr(os, 'getloadavg') else None)
+            env['load_avg_end'] = (os.getloadavg()
+                                   if hasattr(os, 'getloadavg') else None)
+            _write(results, args.out)  # after every part: a long run
     print(f'\nload average at the end {env["load_avg_end"]}')
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(results, f, indent=1)
         print(f'wrote {args.out}')
     return results
+
+
+def _write(results: dict, out: Optional[str]) -> None:
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, 'w') as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == '__main__':
