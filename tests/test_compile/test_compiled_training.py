@@ -1,14 +1,22 @@
 """MMEngine's ``compile`` setting on every quick-start detection config: the
 Runner replaces ``model.train_step`` by ``torch.compile(model.train_step,
-**cfg.compile)`` (``Runner._maybe_compile``), and three training steps with
-it give the losses of three eager steps from the same weights.
+**cfg.compile)`` (``Runner._maybe_compile``), and two training steps with
+it (two image sizes) give the losses of two eager steps from the same
+weights.
 
 The steps run in-process on two batches of two image sizes each (a wide and
 a tall image, padded), through the config's own data preprocessor and
 optimizer wrapper. Backend ``aot_eager`` (TorchDynamo + AOTAutograd, eager
 kernels) for every config, so graph capture, the traced backward and the
-optimizer update are checked in seconds; full inductor code generation of
-the quick-start DETR-iRPE's train step is the slow e2e test at the end.
+optimizer update are checked without code generation; full inductor code
+generation of the quick-start DETR-iRPE's train step is the e2e test at the
+end.
+
+These tests take minutes per config on 2 CPU cores (mmdet's own parts of a
+detector, e.g. the Hungarian assigner on scipy, split the train step into
+about 40 graphs, each traced), so they run only with
+``MMPE_TEST_COMPILED_TRAINING=1``; mmpe's modules themselves are checked in
+every ``make test`` by the other tests of this folder.
 """
 import copy
 import glob
@@ -35,6 +43,9 @@ CONFIGS = sorted(
 # float32 losses after two optimizer updates; the traced backward sums
 # gradients in another order
 LOSS_TOL = dict(atol=1e-4, rtol=1e-4)
+pytestmark = pytest.mark.skipif(
+    os.environ.get('MMPE_TEST_COMPILED_TRAINING') != '1',
+    reason='minutes per config on CPU: set MMPE_TEST_COMPILED_TRAINING=1')
 BATCHES = ([(3, 96, 160), (3, 128, 96)], [(3, 112, 64), (3, 80, 144)])
 
 
@@ -47,7 +58,7 @@ def _batches(num_classes, with_mask):
     ]
 
 
-def _run_steps(cfg, step_fn_of, batches, steps=3):
+def _run_steps(cfg, step_fn_of, batches, steps=2):
     torch.manual_seed(0)
     model = MODELS.build(copy.deepcopy(cfg.model))
     model.init_weights()
@@ -74,7 +85,8 @@ def test_compiled_train_steps_equal_eager(name):
     eager = _run_steps(cfg, lambda m: m.train_step, batches)
     torch._dynamo.reset()
     compiled = _run_steps(
-        cfg, lambda m: torch.compile(m.train_step, backend='aot_eager'),
+        cfg, lambda m: torch.compile(
+            m.train_step, backend='aot_eager', dynamic=True),
         batches)
     for step, (want, got) in enumerate(zip(eager, compiled)):
         assert want.keys() == got.keys()
