@@ -85,8 +85,7 @@ def test_compiled_train_steps_equal_eager(name):
     eager = _run_steps(cfg, lambda m: m.train_step, batches)
     torch._dynamo.reset()
     compiled = _run_steps(
-        cfg, lambda m: torch.compile(
-            m.train_step, backend='aot_eager', dynamic=True),
+        cfg, lambda m: torch.compile(m.train_step, backend='aot_eager'),
         batches)
     for step, (want, got) in enumerate(zip(eager, compiled)):
         assert want.keys() == got.keys()
