@@ -143,15 +143,18 @@ def image_640x480(tmp_path_factory):
 
 
 def test_every_config_test_pipeline_scales(image_640x480, tmp_path):
-    """Every config's test pipeline, rescaled by the tool, built with mmdet
-    and run on a 640 x 480 image: the packed img_shape is the original
-    Resize's result with sizes x1.5 (COCO configs: Resize (1333, 800) ->
-    (2000, 1200), so 1600 x 1200)."""
+    """Every detection config's test pipeline, rescaled by the tool, built
+    with mmdet and run on a 640 x 480 image: the packed img_shape is the
+    original Resize's result with sizes x1.5 (COCO configs: Resize (1333,
+    800) -> (2000, 1200), so 1600 x 1200). MMSegmentation configs are not
+    the tool's."""
     from mmengine.config import Config
     from mmengine.dataset import Compose
     assert len(ALL_CONFIGS) >= 7 + 12
     for path in ALL_CONFIGS:
         cfg = Config.fromfile(path)
+        if cfg.get('default_scope', 'mmdet') != 'mmdet':
+            continue  # MMSegmentation configs: not a detector's pipeline
         resize = next(t for t in eval_resolutions.dataset_pipelines(cfg)[0]
                       if t['type'] == 'Resize')
         resize = copy.deepcopy(resize)
