@@ -661,14 +661,20 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[List[str]] = None) -> dict:
-    args = parse_args(argv)
+def benchmark_device(args: argparse.Namespace) -> torch.device:
+    """Set ``--threads`` (if given) and resolve ``--device`` ('auto': CUDA
+    when available, else CPU); shared by the benchmark scripts."""
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = args.device
     if dev == 'auto':
         dev = 'cuda' if torch.cuda.is_available() else 'cpu'
-    device = torch.device(dev)
+    return torch.device(dev)
+
+
+def main(argv: Optional[List[str]] = None) -> dict:
+    args = parse_args(argv)
+    device = benchmark_device(args)
     flex_ok = {
         'fwd_bwd':
         not args.no_flex and flex_unsupported_reason(device, True) is None,

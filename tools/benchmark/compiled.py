@@ -596,12 +596,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    dev = args.device
-    if dev == 'auto':
-        dev = 'cuda' if torch.cuda.is_available() else 'cpu'
-    device = torch.device(dev)
+    device = bench.benchmark_device(args)
     load = os.getloadavg() if hasattr(os, 'getloadavg') else None
     env = dict(
         date=datetime.now(timezone.utc).isoformat(timespec='seconds'),
