@@ -203,6 +203,9 @@ def generate_synthetic_coco(
         **{
             k: list(v) if isinstance(v, tuple) else v
             for k, v in asdict(image).items()
+            # recorded only when not the default, so that sets written
+            # before the field existed are still recognised as the same
+            if not (k == 'object_hue' and v == 'class')
         })
     splits = {'train': int(num_train), 'val': int(num_val)}
     ann_dir = osp.join(out_dir, 'annotations')

@@ -13,7 +13,10 @@
   at least ``min_object_size`` px; the centre keeps at least ~70% of the
   extent inside the image, so some objects are truncated by the border.
   Each is painted in its class hue (+-8 deg jitter, saturation 0.55..0.9,
-  value 0.65..1) with a gentle linear shading. Objects are painted in
+  value 0.65..1) with a gentle linear shading; with ``object_hue='random'``
+  the hue is uniform in 0..360 deg whatever the class, so only the shape
+  tells the classes apart (the same masks and labels: one draw replaces
+  the other). Objects are painted in
   order, later ones over earlier ones (occlusion). A placement is rejected
   (and re-sampled, up to 30 tries, else the object is skipped) if it would
   leave any object with less than ``min_visible_frac`` of its full area
@@ -35,6 +38,7 @@ __all__ = ['SyntheticImageParams', 'render_synthetic_image']
 
 _MAX_TRIES = 30
 _NOISE_STD = 3.0  # in 0..255 units: mild sensor-like noise
+OBJECT_HUES = ('class', 'random')
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,11 @@ class SyntheticImageParams:
             Defaults to 24.
         min_visible_frac (float): Objects are placed so that each keeps at
             least this fraction of its full area visible. Defaults to 0.3.
+        object_hue (str): ``'class'``: each class in its own hue (colour
+            alone identifies it); ``'random'``: any hue for any class, so a
+            model must recognise the shape, which takes the spatial layout
+            of several patches (position information). Defaults to
+            ``'class'``.
     """
     min_size: int = 128
     max_size: int = 256
@@ -61,6 +70,7 @@ class SyntheticImageParams:
     object_scale_range: Tuple[float, float] = (0.3, 0.7)
     min_object_size: int = 24
     min_visible_frac: float = 0.3
+    object_hue: str = 'class'
 
     def checked(self) -> 'SyntheticImageParams':
         """A copy with plain int / float values, after checking them.
@@ -87,6 +97,9 @@ class SyntheticImageParams:
             raise ValueError(
                 '`object_scale_range` must be (lo, hi) with 0 < lo <= hi '
                 f'<= 1, got {object_scale_range}')
+        if self.object_hue not in OBJECT_HUES:
+            raise ValueError(f'`object_hue` must be one of {OBJECT_HUES}, '
+                             f'got {self.object_hue!r}')
         return replace(
             self,
             min_size=int(self.min_size),
@@ -132,7 +145,7 @@ def render_synthetic_image(
         ``(label, visible_mask)`` in painting order, ``label`` 0-based and
         ``visible_mask`` bool of shape (H, W).
     """
-    p = SyntheticImageParams(**params)
+    p = SyntheticImageParams(**params).checked()
     long_side = int(rng.integers(p.min_size, p.max_size + 1))
     aspect = float(
         np.exp(
@@ -193,9 +206,14 @@ def render_synthetic_image(
                 for v, a in zip(new_visibles, full_areas))
             if not ok:
                 continue
-            # Paint: jittered class hue, gentle linear shading across it.
-            colour = hsv_to_bgr(CLASS_HUES[label] + rng.uniform(-8, 8),
-                                rng.uniform(0.55, 0.9), rng.uniform(0.65, 1.0))
+            # Paint: jittered class hue (or any hue), gentle linear shading
+            # across it. One draw either way, so masks do not change.
+            if p.object_hue == 'class':
+                hue = CLASS_HUES[label] + rng.uniform(-8, 8)
+            else:
+                hue = rng.uniform(0, 360)
+            colour = hsv_to_bgr(hue, rng.uniform(0.55, 0.9),
+                                rng.uniform(0.65, 1.0))
             psi = rng.uniform(0, 2 * np.pi)
             amp = rng.uniform(0, 0.15)
             along = ((xx[mask] - cx) * np.cos(psi) +

@@ -203,6 +203,59 @@ def test_render_respects_visibility_rules():
         assert union.max() == 1
 
 
+def _object_hues(img: np.ndarray, visible: np.ndarray) -> float:
+    """Circular mean hue in degrees of an object's pixels (OpenCV's HSV)."""
+    hue = cv2.cvtColor(img, cv2.COLOR_BGR2HSV_FULL)[..., 0][visible]
+    angle = hue.astype(np.float64) / 256 * 2 * np.pi
+    return float(
+        np.rad2deg(np.arctan2(np.sin(angle).mean(), np.cos(angle).mean())) %
+        360)
+
+
+def _hue_gap(a: float, b: float) -> float:
+    return abs((a - b + 180) % 360 - 180)
+
+
+def test_object_hue_random_keeps_the_masks_and_unties_hue_from_class():
+    # expected hues: the class hues of the docs (red, blue, green, yellow),
+    # measured back through OpenCV's HSV conversion
+    class_hues = {'square': 0.0, 'disk': 220.0, 'triangle': 120.0,
+                  'ring': 50.0}
+    gaps = {'class': [], 'random': []}
+    for index in range(40):
+        renders = {
+            hue: render_synthetic_image(
+                np.random.default_rng(index), object_hue=hue)
+            for hue in ('class', 'random')
+        }
+        (img_c, objs_c), (img_r, objs_r) = renders['class'], renders['random']
+        assert len(objs_c) == len(objs_r)  # same draws: same layout
+        for (label_c, vis_c), (label_r, vis_r) in zip(objs_c, objs_r):
+            assert label_c == label_r and np.array_equal(vis_c, vis_r)
+            expected = class_hues[SYNTHETIC_COCO_CLASSES[label_c]]
+            gaps['class'].append(_hue_gap(_object_hues(img_c, vis_c),
+                                          expected))
+            gaps['random'].append(_hue_gap(_object_hues(img_r, vis_r),
+                                           expected))
+    # class hue: +-8 deg jitter, plus blur / JPEG-free rounding at the edges
+    assert max(gaps['class']) < 12
+    # random hue: uniform, so the gap to the class hue is ~uniform in 0..180
+    assert np.mean(gaps['random']) > 60 and max(gaps['random']) > 150
+
+
+def test_default_object_hue_is_not_recorded_so_older_sets_match(tmp_path):
+    root = str(tmp_path / 'd')
+    first = generate_synthetic_coco(root, seed=0, num_train=3, num_val=1)
+    assert 'object_hue' not in first.params  # as written before the field
+    with pytest.raises(FileExistsError, match='different parameters'):
+        generate_synthetic_coco(
+            root, seed=0, num_train=3, num_val=1, object_hue='random')
+    other = generate_synthetic_coco(
+        str(tmp_path / 'r'), seed=0, num_train=3, num_val=1,
+        object_hue='random')
+    assert other.params['object_hue'] == 'random'
+
+
 # ---------------------------------------------------------- mask_to_polygons
 
 
@@ -332,6 +385,7 @@ def test_refuses_data_it_did_not_write(tmp_path, foreign):
     (dict(max_objects=0), 'max_objects'),
     (dict(object_scale_range=(0.5, 1.5)), 'object_scale_range'),
     (dict(img_format='gif'), 'img_format'),
+    (dict(object_hue='rainbow'), 'object_hue'),
 ])
 def test_invalid_arguments_raise_value_error(tmp_path, kwargs, field):
     with pytest.raises(ValueError, match=field):

@@ -72,6 +72,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=3,
         help='most objects per image (default: %(default)s)')
     parser.add_argument(
+        '--object-hue',
+        choices=('class', 'random'),
+        default='class',
+        help="'class': each class in its own hue; 'random': any hue, so "
+        'only the shape tells the classes apart (default: %(default)s)')
+    parser.add_argument(
         '--img-format',
         choices=('jpg', 'png'),
         default='jpg',
@@ -94,6 +100,7 @@ def main(argv=None) -> int:
             min_size=args.min_size,
             max_size=args.max_size,
             max_objects=args.max_objects,
+            object_hue=args.object_hue,
             img_format=args.img_format,
             overwrite=args.overwrite)
     except (FileExistsError, ValueError) as e:

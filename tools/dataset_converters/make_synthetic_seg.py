@@ -38,6 +38,7 @@ def main(argv=None) -> int:
             min_size=args.min_size,
             max_size=args.max_size,
             max_objects=args.max_objects,
+            object_hue=args.object_hue,
             img_format=args.img_format,
             overwrite=args.overwrite)
     except (FileExistsError, ValueError) as e:
