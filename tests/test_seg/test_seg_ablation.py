@@ -122,3 +122,40 @@ def test_summary_per_test_setting():
             'train s/run |') in table
     assert ('| CPVT peg | 65.0 ± 7.1 | 55.0 ± 7.1 | 45.0 ± 7.1 | '
             '66.0 ± 7.1 | 100 ± 1 |') in table
+
+
+def test_shape_study_runs_the_same_rows_on_its_own_data(tmp_path,
+                                                        monkeypatch):
+    assert ablation.STUDIES['cpvt_seg_shape'] == ROWS
+    commands = []
+
+    def fake_run(cmd, log_file, threads=None):
+        commands.append(cmd)
+        raise RuntimeError('stop after the training command')
+
+    monkeypatch.setattr(ablation, '_run', fake_run)
+    args = argparse.Namespace(work_dir=str(tmp_path), epochs=20,
+                              data_root=None, threads=1)
+    with pytest.raises(RuntimeError, match='stop'):
+        ablation.run_seg_one('cpvt_seg_shape', *ROWS[0], 0, args)
+    assert ('train_dataloader.dataset.data_root=data/synthetic_seg_shape/'
+            in commands[0])
+
+
+def test_shape_study_data_is_made_with_random_hues_or_refused(tmp_path):
+    # the generator's own meta file says how the set was drawn
+    root = str(tmp_path / 'shape')
+    args = argparse.Namespace(data_root=root)
+    ablation.make_study_data('cpvt_seg_shape', args)
+    with open(osp.join(root, 'annotations',
+                       'synthetic_coco_meta.json')) as f:
+        assert json.load(f)['params']['object_hue'] == 'random'
+    assert len(os.listdir(osp.join(root, 'seg_maps', 'val'))) == 100
+    ablation.make_study_data('cpvt_seg_shape', args)  # found: a no-op
+    # a class-hue set is not silently used for the shape study
+    other = str(tmp_path / 'class')
+    from mmpe.datasets import generate_synthetic_seg
+    generate_synthetic_seg(other, num_train=2, num_val=1)
+    with pytest.raises(SystemExit, match='object-hue random'):
+        ablation.make_study_data('cpvt_seg_shape',
+                                 argparse.Namespace(data_root=other))

@@ -18,6 +18,11 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
   trained on 128 x 128 crops (the number given to ``--epochs`` is
   *iterations* for this study), tested whole-image at 1x, 1.5x and 2x and
   with a 128 x 128 sliding window (mIoU, mmseg's IoUMetric);
+- ``cpvt_seg_shape``: the same rows and tests on the embedded set drawn with
+  ``--object-hue random`` (any hue for any class, so a model must recognise
+  the shape, which takes the layout of several patches: position
+  information); the study makes that set in ``data/synthetic_seg_shape``
+  (or checks the one given by ``--data-root``);
 - ``encoder_pe_detr`` / ``encoder_pe_cond``: which position encoding a
   DETR-family encoder should use (``encoder_pe``): the quick-start DETR and
   Conditional DETR with sine, sine + contextual iRPE, sine + RoPE-2D, sine +
@@ -69,7 +74,12 @@ COND_ROPE_MIXED = \
 NO_SINE = 'model.encoder_pe.absolute=none'
 CPVT_SEG = 'configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py'
 PCPVT_SEG = 'configs/quickstart/fpn_pcpvt-tiny_synthetic-seg.py'
-SEG_STUDIES = ('cpvt_seg', )
+SEG_STUDIES = ('cpvt_seg', 'cpvt_seg_shape')
+#: studies on their own variant of the embedded set: study -> (default data
+#: root, arguments of tools/dataset_converters/make_synthetic_seg.py)
+STUDY_DATA = {
+    'cpvt_seg_shape': ('data/synthetic_seg_shape', ['--object-hue', 'random'])
+}
 #: test of the segmentation studies -> extra --cfg-options of tools/test.py
 #: (None: the run's final validation, which is that test at x1)
 SEG_TESTS = {
@@ -110,6 +120,11 @@ STUDIES: Dict[str, List[tuple]] = {
         (f'CPVT {pe}', CPVT_SEG, [f'model.backbone.pos_encoding={pe}'])
         for pe in ('peg', 'learnable', 'sine', 'none', 'rope-mixed', 'irpe')
     ] + [('Twins-PCPVT (mmseg)', PCPVT_SEG, [])],
+    # the same rows; only the data differ (STUDY_DATA)
+    'cpvt_seg_shape': [
+        (f'CPVT {pe}', CPVT_SEG, [f'model.backbone.pos_encoding={pe}'])
+        for pe in ('peg', 'learnable', 'sine', 'none', 'rope-mixed', 'irpe')
+    ] + [('Twins-PCPVT (mmseg)', PCPVT_SEG, [])],
     # 'sine' and 'sine + iRPE ctx' are Tab. 6 #1 and #6 (the same commands)
     'encoder_pe_detr': [
         ('DETR sine', DETR, []),
@@ -138,6 +153,7 @@ DEFAULT_EPOCHS = {
     'encoder_pe_detr': 8,
     'encoder_pe_cond': 4,  # ~ the wall time of DETR's 8 (step 0.72 / 0.41 s)
     'cpvt_seg': 150,  # iterations (of 8 crops): what 2 busy cores allowed
+    'cpvt_seg_shape': 1500,  # iterations: the demo's schedule
 }
 
 
@@ -236,14 +252,15 @@ def run_seg_one(study: str, name: str, config: str, options: List[str],
     work_dir = osp.join(args.work_dir, study, f'{slug}_seed{seed}')
     os.makedirs(work_dir, exist_ok=True)
     iters = args.epochs
+    data_root = args.data_root or STUDY_DATA.get(study, (None, ))[0]
     opts = [
         f'randomness.seed={seed}', f'train_cfg.max_iters={iters}',
         f'train_cfg.val_interval={iters}',
         f'default_hooks.checkpoint.interval={iters}',
         f'param_scheduler.1.end={iters}', *options
     ]
-    if args.data_root:
-        root = args.data_root.rstrip('/') + '/'
+    if data_root:
+        root = data_root.rstrip('/') + '/'
         opts += [f'{split}_dataloader.dataset.data_root={root}'
                  for split in ('train', 'val', 'test')]
     result = dict(study=study, row=name, seed=seed, config=config,
@@ -428,6 +445,27 @@ def _plan(args, results: List[dict]):
     return runs, copies
 
 
+def make_study_data(study: str, args) -> None:
+    """Make (or find) the data variant a study needs (:data:`STUDY_DATA`).
+
+    Raises:
+        SystemExit: When the data root holds a set made with other
+            parameters (the generator's message names them).
+    """
+    default_root, gen_args = STUDY_DATA[study]
+    root = args.data_root or default_root
+    proc = subprocess.run(
+        [sys.executable, 'tools/dataset_converters/make_synthetic_seg.py',
+         '--out-dir', root, *gen_args],
+        cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f'study {study} needs the embedded set made with '
+                         f'{" ".join(gen_args)} in {root}: '
+                         f'{proc.stderr.strip()}')
+    print(f'[ablation] {study}: data in {root} '
+          f'({" ".join(gen_args)})', flush=True)
+
+
 def _start(study, name, config, options, seed, args) -> dict:
     print(f'[ablation] start {study} | {name} | seed {seed} | '
           f'{args.epochs} epochs', flush=True)
@@ -445,6 +483,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(out) as f:
             results = json.load(f)
     runs, copies = _plan(args, results)
+    for study in sorted({run[0] for run in runs} & set(STUDY_DATA)):
+        make_study_data(study, args)
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     print(f'[ablation] {len(runs)} runs to train, {args.jobs} at a time, '
           f'{threads} thread(s) each; {len(results)} already in {out}',
