@@ -27,6 +27,7 @@ parameter groups plain dicts, which ``torch.compile`` needs.
     bash tools/dist_train.sh CONFIG 2        # DDP via torchrun
 """
 import argparse
+import gc
 import os
 import os.path as osp
 import sys
@@ -212,15 +213,21 @@ def main(argv=None):
         runner = Runner.from_cfg(cfg)
     else:
         runner = RUNNERS.build(cfg)
+    status = 0
     try:
         with safe_checkpoint_loading():
             runner.train()
     except TrainingPreempted as stop:
         print(f'preempted: {stop}', file=sys.stderr)
-        finalize_distributed()
-        return PREEMPTED_EXIT_CODE
+        status = PREEMPTED_EXIT_CODE
+    # The runner's loops and hooks refer to it (cycles): collect it now, so
+    # persistent dataloader workers are shut down by their iterator instead
+    # of being terminated at interpreter exit (torch reports that as an
+    # error).
+    del runner
+    gc.collect()
     finalize_distributed()
-    return 0
+    return status
 
 
 if __name__ == '__main__':

@@ -18,6 +18,7 @@ from .plain_param_groups_hook import PlainParamGroupsHook, plain_param_groups
 from .plain_state import from_plain, non_plain_paths, to_plain
 from .preemption_hook import (PREEMPTED_EXIT_CODE, PreemptionHook,
                               TrainingPreempted)
+from .preemption_workers import SignalTolerantWorkerInit, TrainingFlag
 from .resumable_loop import ResumableEpochBasedTrainLoop
 from .resume_checkpoint import (checkpoint_load_error,
                                 find_resumable_checkpoint, resolve_resume,
@@ -31,7 +32,7 @@ __all__ = [
     'ATOMIC_BACKEND', 'AtomicCheckpointHook', 'AtomicLocalBackend',
     'AutocastOptimWrapper', 'BackbonePaddingMaskHook', 'PREEMPTED_EXIT_CODE',
     'PlainCheckpointHook', 'PlainParamGroupsHook', 'PreemptionHook',
-    'RNGStateHook',
+    'RNGStateHook', 'SignalTolerantWorkerInit', 'TrainingFlag',
     'ResumableEpochBasedTrainLoop', 'TrainingPreempted', 'UNSAFE_LOAD_ENV',
     'UnsafeCheckpointError', 'atomic_write', 'checkpoint_load_error',
     'find_resumable_checkpoint', 'from_plain', 'is_temporary_name',

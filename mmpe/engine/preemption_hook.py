@@ -23,19 +23,18 @@ again later"), which ``tools/slurm_train.sh`` answers by requeueing; the next
 
 Handlers are installed in ``before_train`` (main thread only) and the
 previous ones put back in ``after_train`` or before the hook raises.
-Dataloader workers forked later inherit the Python handlers, so a
-``SIGUSR1`` sent to the whole process group leaves them running; but torch's
-workers install their own ``SIGTERM`` handler that ends them, and a run with
-``num_workers > 0`` whose workers get ``SIGTERM`` too (Slurm signals every
-process of a step) fails with torch's "DataLoader worker ... killed" error
-before the next iteration boundary: the requeued run then resumes from the
-last regular checkpoint. (Blocking the signal in the workers is no way out:
-``multiprocessing`` stops daemonic workers at exit with ``SIGTERM``.)
+Slurm signals every process of a step, dataloader workers too, which would
+end them (torch's ``SIGTERM`` handler) before the iteration boundary; so
+the hook also wraps the ``worker_init_fn`` of the train and val loaders in
+:class:`~mmpe.engine.preemption_workers.SignalTolerantWorkerInit`: workers
+ignore these signals while the main process trains, and stop on them again
+once training ended, was preempted or failed.
 
 ``tools/train.py`` adds it to every config; to choose the signals::
 
     custom_hooks = [dict(type='PreemptionHook', signals=('SIGUSR1', ))]
 """
+import atexit
 import logging
 import signal
 import threading
@@ -48,6 +47,7 @@ from mmengine.logging import print_log
 
 from mmdet.registry import HOOKS
 from .atomic_checkpoint_hook import AtomicCheckpointHook
+from .preemption_workers import SignalTolerantWorkerInit, TrainingFlag
 
 #: Exit status of ``tools/train.py`` after a preemption checkpoint was saved
 #: (``EX_TEMPFAIL`` of sysexits.h).
@@ -99,6 +99,7 @@ class PreemptionHook(Hook):
         self.signals = signals
         self.received: Optional[str] = None
         self._previous: Dict[int, object] = {}
+        self._training = TrainingFlag()
 
     def _handle(self, signum, frame) -> None:
         # only record: the checkpoint is written between iterations
@@ -117,13 +118,31 @@ class PreemptionHook(Hook):
         for name in self.signals:
             signum = getattr(signal, name)
             self._previous[signum] = signal.signal(signum, self._handle)
+        self._protect_workers(runner)
         print_log(
             f'PreemptionHook: on {", ".join(self.signals)} a checkpoint is '
             f'saved after the current iteration and training exits with '
             f'status {PREEMPTED_EXIT_CODE}.',
             logger='current')
 
+    def _protect_workers(self, runner) -> None:
+        """Let the loaders' workers (not started yet) outlive the signals
+        while training; atexit runs before multiprocessing's own exit
+        handler, so a failed run's workers still stop on its SIGTERM."""
+        loops = [runner.train_loop, getattr(runner, '_val_loop', None)]
+        for loop in loops:
+            loader = getattr(loop, 'dataloader', None)
+            if (loader is None or not getattr(loader, 'num_workers', 0)
+                    or isinstance(loader.worker_init_fn,
+                                  SignalTolerantWorkerInit)):
+                continue
+            loader.worker_init_fn = SignalTolerantWorkerInit(
+                self.signals, self._training, loader.worker_init_fn)
+        self._training.set(True)
+        atexit.register(self._training.set, False)
+
     def _restore(self) -> None:
+        self._training.set(False)
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous = {}

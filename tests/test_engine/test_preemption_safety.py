@@ -1,9 +1,12 @@
 """Unit tests of the cluster pieces, in process: atomic writes, the choice of
 the checkpoint ``--resume`` continues from, the preemption hook's arguments,
 and the batch sampler that skips a resumed epoch's first batches."""
+import multiprocessing
 import os
 import os.path as osp
 import signal
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,9 +14,9 @@ from mmengine.fileio import get_file_backend
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from mmpe.engine import (ATOMIC_BACKEND, AtomicLocalBackend, PreemptionHook,
-                         atomic_write, checkpoint_load_error,
-                         find_resumable_checkpoint, is_temporary_name,
-                         resume_candidates)
+                         SignalTolerantWorkerInit, TrainingFlag, atomic_write,
+                         checkpoint_load_error, find_resumable_checkpoint,
+                         is_temporary_name, resume_candidates)
 from mmpe.engine.resumable_loop import SkipFirstBatches, remainder_loader
 
 
@@ -175,14 +178,79 @@ def test_preemption_hook_arguments():
 def test_preemption_hook_records_and_restores_handlers():
     hook = PreemptionHook(('SIGUSR1', ))
     before = signal.getsignal(signal.SIGUSR1)
-    hook.before_train(runner=None)
+    runner = SimpleNamespace(train_loop=None)  # no loaders to protect
+    hook.before_train(runner)
     try:
         assert hook.received is None
         os.kill(os.getpid(), signal.SIGUSR1)
         assert hook.received == 'SIGUSR1'
     finally:
-        hook.after_train(runner=None)
+        hook.after_train(runner)
     assert signal.getsignal(signal.SIGUSR1) is before
+
+
+def _worker(init, ready):
+    init(0)
+    ready.set()
+    time.sleep(60)
+
+
+@pytest.mark.parametrize('context', ['fork', 'spawn'])
+def test_workers_ignore_signals_only_while_training(context):
+    # what the OS reports: a worker that ignores SIGTERM is still alive
+    # after it; one that does not ends with -SIGTERM (its default action)
+    ctx = multiprocessing.get_context(context)
+    flag = TrainingFlag()
+    calls = []
+    init = SignalTolerantWorkerInit(('SIGTERM', 'SIGUSR1'), flag,
+                                    calls.append)
+    previous = {s: signal.getsignal(s)
+                for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        init(7)  # in this process: it calls the wrapped function
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert calls == [7]
+    flag.set(True)
+    ready = ctx.Event()
+    proc = ctx.Process(target=_worker, args=(
+        SignalTolerantWorkerInit(('SIGTERM', 'SIGUSR1'), flag), ready))
+    proc.start()
+    try:
+        assert ready.wait(60)
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            os.kill(proc.pid, sig)
+        proc.join(1.0)
+        assert proc.is_alive()  # ignored: the main process still trains
+        flag.set(False)  # shared memory: the worker sees it
+        proc.terminate()  # what multiprocessing does at exit
+        proc.join(30)
+        assert proc.exitcode == -signal.SIGTERM
+    finally:
+        if proc.is_alive():
+            proc.kill()
+
+
+def test_hook_protects_loaders_with_workers_only():
+    with_workers = DataLoader(list(range(4)), num_workers=2,
+                              worker_init_fn=print)
+    without = DataLoader(list(range(4)), num_workers=0)
+    runner = SimpleNamespace(
+        train_loop=SimpleNamespace(dataloader=with_workers),
+        _val_loop=SimpleNamespace(dataloader=without))
+    hook = PreemptionHook(('SIGUSR2', ))
+    hook.before_train(runner)
+    try:
+        init = with_workers.worker_init_fn
+        assert isinstance(init, SignalTolerantWorkerInit)
+        assert init.worker_init_fn is print and init.signals == ('SIGUSR2', )
+        assert init.flag.is_set() and without.worker_init_fn is None
+        hook.before_train(runner)  # not wrapped twice
+        assert with_workers.worker_init_fn.worker_init_fn is print
+    finally:
+        hook.after_train(runner)
+    assert not init.flag.is_set()
 
 
 def test_skip_first_batches_and_remainder_loader():

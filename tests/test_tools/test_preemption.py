@@ -9,7 +9,10 @@ subprocesses, CPU, tiny data, ``num_workers=0``):
   from the previous one and finishes, and the bad bytes are kept;
   ``--resume PATH`` of that file stops with status 2 naming path and reason;
 * SIGTERM in the middle of an epoch: ``iter_N.pth`` of that iteration, exit
-  status 75, and the resumed run's losses equal an uninterrupted run's.
+  status 75, and the resumed run's losses equal an uninterrupted run's;
+* SIGTERM to every process of the run (as Slurm sends it) with dataloader
+  workers: the workers survive until the checkpoint is written, and a run
+  with workers that fails still exits and leaves no worker behind.
 """
 import glob
 import os
@@ -69,6 +72,19 @@ class PauseAtIterHook(Hook):
         while not os.path.exists(os.path.join(self.flag_dir, 'go')):
             assert time.time() < deadline, 'the test sent no signal'
             time.sleep(0.02)
+
+
+@HOOKS.register_module()
+class FailAtIterHook(Hook):
+    """Raise after iteration `at` (a training that crashes)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        if runner.iter + 1 == self.at:
+            raise RuntimeError('test failure at iteration %d' % self.at)
 '''
 
 
@@ -285,3 +301,87 @@ def test_sigterm_mid_epoch_checkpoints_and_resumes_exactly(
     assert _checkpoint_names(part) == [
         'epoch_1.pth', 'epoch_2.pth', 'iter_2.pth'
     ]
+
+
+WORKERS = ('train_dataloader.batch_size=2', 'train_dataloader.num_workers=2',
+           'train_dataloader.persistent_workers=True')
+
+
+def _group_gone(pgid, seconds=30):
+    """Whether every process of the group has exited within `seconds`."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_sigterm_to_every_process_with_workers(tiny_data, tmp_path):
+    env = _env(tmp_path)
+    flags = tmp_path / 'flags'
+    flags.mkdir()
+    config = _write_config(
+        tmp_path, 'pause.py',
+        f"dict(type='PauseAtIterHook', at=2, flag_dir={str(flags)!r})")
+    part = str(tmp_path / 'part')
+    proc = subprocess.Popen(
+        _train_cmd(config, part, tiny_data, 2, extra=WORKERS),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True)  # its own process group, workers included
+    try:
+        deadline = time.time() + 600
+        while not (flags / 'reached').exists():
+            assert proc.poll() is None and time.time() < deadline, \
+                proc.communicate()[1][-3000:]
+            time.sleep(0.05)
+        workers = subprocess.run(['pgrep', '-g', str(proc.pid)],
+                                 capture_output=True, text=True).stdout
+        assert len(workers.split()) >= 3  # the main process and 2 workers
+        os.killpg(proc.pid, signal.SIGTERM)  # as Slurm: every process
+        time.sleep(1.0)  # let the workers take it before training goes on
+        (flags / 'go').touch()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == PREEMPTED, (out + err)[-5000:]
+    assert 'killed by signal' not in out + err, (out + err)[-5000:]
+    assert _checkpoint_names(part) == ['iter_2.pth']
+    assert _group_gone(proc.pid)  # the workers stopped with the run
+
+    resumed = subprocess.Popen(
+        _train_cmd(config, part, tiny_data, 2, resume='auto',
+                   extra=WORKERS),
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    out, err = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, (out + err)[-5000:]
+    assert 'Resuming epoch 1 at batch 3 of 4' in out + err
+    assert _checkpoint_names(part) == [
+        'epoch_1.pth', 'epoch_2.pth', 'iter_2.pth'
+    ]
+    assert _group_gone(resumed.pid)
+
+
+def test_failing_run_with_workers_exits_and_stops_them(tiny_data, tmp_path):
+    config = _write_config(tmp_path, 'fail.py',
+                           "dict(type='FailAtIterHook', at=2)")
+    proc = subprocess.Popen(
+        _train_cmd(config, str(tmp_path / 'run'), tiny_data, 2,
+                   extra=WORKERS),
+        cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=600)  # no hang at exit
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1 and 'test failure at iteration 2' in err
+    assert _group_gone(proc.pid)
