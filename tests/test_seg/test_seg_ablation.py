@@ -159,3 +159,16 @@ def test_shape_study_data_is_made_with_random_hues_or_refused(tmp_path):
     with pytest.raises(SystemExit, match='object-hue random'):
         ablation.make_study_data('cpvt_seg_shape',
                                  argparse.Namespace(data_root=other))
+
+
+def test_shape_study_never_reuses_a_colour_run():
+    # the same config, options, seed and iterations, but other data
+    name, config, options = ROWS[0]
+    colour_run = dict(study='cpvt_seg', row=name, config=config,
+                      options=options, seed=0, epochs=20)
+    args = argparse.Namespace(studies=['cpvt_seg_shape', 'cpvt_seg'],
+                              seeds=[0], epochs=20, quick=False,
+                              rows=[name])
+    runs, copies = ablation._plan(args, [colour_run])
+    assert [(r[0], r[1]) for r in runs] == [('cpvt_seg_shape', name)]
+    assert copies == []

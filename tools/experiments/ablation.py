@@ -91,6 +91,11 @@ SEG_TESTS = {
               'model.test_cfg.stride=(85,85)'],
 }
 
+SEG_ROWS = [
+    (f'CPVT {pe}', CPVT_SEG, [f'model.backbone.pos_encoding={pe}'])
+    for pe in ('peg', 'learnable', 'sine', 'none', 'rope-mixed', 'irpe')
+] + [('Twins-PCPVT (mmseg)', PCPVT_SEG, [])]
+
 #: study -> list of (row name, config, extra --cfg-options)
 STUDIES: Dict[str, List[tuple]] = {
     'irpe_tab6': [
@@ -116,15 +121,8 @@ STUDIES: Dict[str, List[tuple]] = {
         ('CPVT peg + padding mask', CPVT_PADMASK,
          ['model.backbone.pos_encoding=peg'])
     ],
-    'cpvt_seg': [
-        (f'CPVT {pe}', CPVT_SEG, [f'model.backbone.pos_encoding={pe}'])
-        for pe in ('peg', 'learnable', 'sine', 'none', 'rope-mixed', 'irpe')
-    ] + [('Twins-PCPVT (mmseg)', PCPVT_SEG, [])],
-    # the same rows; only the data differ (STUDY_DATA)
-    'cpvt_seg_shape': [
-        (f'CPVT {pe}', CPVT_SEG, [f'model.backbone.pos_encoding={pe}'])
-        for pe in ('peg', 'learnable', 'sine', 'none', 'rope-mixed', 'irpe')
-    ] + [('Twins-PCPVT (mmseg)', PCPVT_SEG, [])],
+    'cpvt_seg': SEG_ROWS,
+    'cpvt_seg_shape': SEG_ROWS,  # only the data differ (STUDY_DATA)
     # 'sine' and 'sine + iRPE ctx' are Tab. 6 #1 and #6 (the same commands)
     'encoder_pe_detr': [
         ('DETR sine', DETR, []),
@@ -287,16 +285,19 @@ def run_seg_one(study: str, name: str, config: str, options: List[str],
     return result
 
 
-def _command(config: str, options: Sequence[str], seed: int,
+def _command(study: str, config: str, options: Sequence[str], seed: int,
              epochs: Optional[int]) -> tuple:
-    """What makes two runs the same run, whatever row they report."""
-    return (config, tuple(options), seed, epochs)
+    """What makes two runs the same run, whatever row they report (a
+    study with its own data set never shares runs with another)."""
+    data = STUDY_DATA[study][1] if study in STUDY_DATA else None
+    return (config, tuple(options), seed, epochs, str(data))
 
 
 def _trained(results: List[dict]) -> Dict[tuple, dict]:
     """Finished runs (not copies) by their command."""
     return {
-        _command(r['config'], r['options'], r['seed'], r.get('epochs')): r
+        _command(r['study'], r['config'], r['options'], r['seed'],
+                 r.get('epochs')): r
         for r in results if 'same_run_as' not in r
     }
 
@@ -436,7 +437,7 @@ def _plan(args, results: List[dict]):
                 if (study, name, seed) in done:
                     continue
                 item = (study, name, config, options, seed, epochs)
-                key = _command(config, options, seed, epochs)
+                key = _command(study, config, options, seed, epochs)
                 if key in commands:
                     copies.append(item)
                 else:
@@ -518,7 +519,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f'{result["train_seconds"]:.0f} s', flush=True)
     trained = _trained(results)
     for study, name, config, options, seed, epochs in copies:
-        same = trained.get(_command(config, options, seed, epochs))
+        same = trained.get(_command(study, config, options, seed, epochs))
         if same is None:  # the run it repeats failed
             continue
         same_as = f'{same["study"]}: {same["row"]}'
