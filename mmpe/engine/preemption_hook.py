@@ -129,7 +129,7 @@ class PreemptionHook(Hook):
         """Let the loaders' workers (not started yet) outlive the signals
         while training; atexit runs before multiprocessing's own exit
         handler, so a failed run's workers still stop on its SIGTERM."""
-        loops = [runner.train_loop, getattr(runner, '_val_loop', None)]
+        loops = [runner.train_loop, getattr(runner, 'val_loop', None)]
         for loop in loops:
             loader = getattr(loop, 'dataloader', None)
             if (loader is None or not getattr(loader, 'num_workers', 0)

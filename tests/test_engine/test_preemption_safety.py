@@ -238,7 +238,7 @@ def test_hook_protects_loaders_with_workers_only():
     without = DataLoader(list(range(4)), num_workers=0)
     runner = SimpleNamespace(
         train_loop=SimpleNamespace(dataloader=with_workers),
-        _val_loop=SimpleNamespace(dataloader=without))
+        val_loop=SimpleNamespace(dataloader=without))
     hook = PreemptionHook(('SIGUSR2', ))
     hook.before_train(runner)
     try:
