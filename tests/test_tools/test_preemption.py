@@ -246,14 +246,9 @@ def test_truncated_latest_checkpoint_is_skipped(tiny_data, tmp_path):
     assert _checkpoint_names(work_dir)[-1] == 'epoch_3.pth'
 
 
-def test_sigterm_mid_epoch_checkpoints_and_resumes_exactly(
-        tiny_data, tmp_path):
-    # batch 2: 4 iterations an epoch; the signal comes after iteration 2
-    extra = ('train_dataloader.batch_size=2', )
-    env = _env(tmp_path)
-    full = str(tmp_path / 'full')
-    _run(_train_cmd(CONFIG, full, tiny_data, 2, extra=extra), env)
-
+def _start_paused_at_2(tiny_data, tmp_path, env, extra, new_session=False):
+    """Start a 2-epoch run that pauses after iteration 2 (``PauseAtIterHook``)
+    and wait until it is there; the caller signals, then touches ``go``."""
     flags = tmp_path / 'flags'
     flags.mkdir()
     config = _write_config(
@@ -266,13 +261,28 @@ def test_sigterm_mid_epoch_checkpoints_and_resumes_exactly(
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True)
+        text=True,
+        start_new_session=new_session)
+    deadline = time.time() + 600
+    while not (flags / 'reached').exists():
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise AssertionError(proc.communicate()[1][-3000:])
+        time.sleep(0.05)
+    return config, part, flags, proc
+
+
+def test_sigterm_mid_epoch_checkpoints_and_resumes_exactly(
+        tiny_data, tmp_path):
+    # batch 2: 4 iterations an epoch; the signal comes after iteration 2
+    extra = ('train_dataloader.batch_size=2', )
+    env = _env(tmp_path)
+    full = str(tmp_path / 'full')
+    _run(_train_cmd(CONFIG, full, tiny_data, 2, extra=extra), env)
+
+    config, part, flags, proc = _start_paused_at_2(tiny_data, tmp_path, env,
+                                                   extra)
     try:
-        deadline = time.time() + 600
-        while not (flags / 'reached').exists():
-            assert proc.poll() is None and time.time() < deadline, \
-                proc.communicate()[1][-3000:]
-            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         (flags / 'go').touch()
         out, err = proc.communicate(timeout=600)
@@ -321,26 +331,10 @@ def _group_gone(pgid, seconds=30):
 
 def test_sigterm_to_every_process_with_workers(tiny_data, tmp_path):
     env = _env(tmp_path)
-    flags = tmp_path / 'flags'
-    flags.mkdir()
-    config = _write_config(
-        tmp_path, 'pause.py',
-        f"dict(type='PauseAtIterHook', at=2, flag_dir={str(flags)!r})")
-    part = str(tmp_path / 'part')
-    proc = subprocess.Popen(
-        _train_cmd(config, part, tiny_data, 2, extra=WORKERS),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True)  # its own process group, workers included
+    # its own process group (start_new_session), workers included
+    config, part, flags, proc = _start_paused_at_2(tiny_data, tmp_path, env,
+                                                   WORKERS, new_session=True)
     try:
-        deadline = time.time() + 600
-        while not (flags / 'reached').exists():
-            assert proc.poll() is None and time.time() < deadline, \
-                proc.communicate()[1][-3000:]
-            time.sleep(0.05)
         workers = subprocess.run(['pgrep', '-g', str(proc.pid)],
                                  capture_output=True, text=True).stdout
         assert len(workers.split()) >= 3  # the main process and 2 workers
