@@ -19,6 +19,8 @@ import sys
 import pytest
 
 from mmpe.datasets import generate_synthetic_coco
+# the e2e tests' options: data root, batch 4, no workers, checkpoints
+from test_train_test_e2e import _options  # noqa: E402 (tests/test_tools)
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 VENV = osp.join(ROOT, '.venv')
@@ -80,25 +82,8 @@ def with_work_dir(cmd: list, work_dir: str) -> list:
 
 
 def shrink(data_root: str) -> list:
-    root = data_root + '/'
-    return [
-        '--cfg-options',
-        f'train_dataloader.dataset.data_root={root}',
-        f'val_dataloader.dataset.data_root={root}',
-        f'test_dataloader.dataset.data_root={root}',
-        f'val_evaluator.ann_file={root}annotations/instances_val.json',
-        f'test_evaluator.ann_file={root}annotations/instances_val.json',
-        'train_dataloader.batch_size=4',
-        'train_dataloader.num_workers=0',
-        'train_dataloader.persistent_workers=False',
-        'val_dataloader.num_workers=0',
-        'val_dataloader.persistent_workers=False',
-        'test_dataloader.num_workers=0',
-        'test_dataloader.persistent_workers=False',
-        'train_cfg.max_epochs=1',
-        'train_cfg.val_interval=100',
-        'default_hooks.checkpoint.interval=1',
-    ]
+    """--cfg-options for one epoch of two iterations on ``data_root``."""
+    return ['--cfg-options', *_options(data_root, max_epochs=1)]
 
 
 def run_shell(script: str, env: dict) -> str:
