@@ -332,22 +332,29 @@ def record_demo_scalars(demo_work_dir: Optional[str], data_dir: str,
     if not runs:
         print(f'[make_figures] no scalars.json under {demo_work_dir}')
         return
-    records = []
-    for path in runs:  # a resumed run continues in a new timestamped dir
+    path = osp.join(data_dir, 'demo_scalars.json')
+    run_names = [osp.relpath(p, demo_work_dir) for p in runs]
+    if note is None and osp.isfile(path):
+        # the same run drawn again: keep what was said about how it was run
         with open(path) as f:
+            old = json.load(f)['source']
+        if old.get('runs') == run_names:
+            note = old.get('note')
+    records = []
+    for path_ in runs:  # a resumed run continues in a new timestamped dir
+        with open(path_) as f:
             records += [json.loads(line) for line in f if line.strip()]
     data = dict(
         what='MMEngine scalars.json of a make demo run: training losses '
-        'every 50 iterations (step = iteration) and validation COCO '
-        'metrics every 4 epochs (step = epoch).',
+        'at every logging interval (step = iteration) and validation COCO '
+        'metrics (step = epoch).',
         source=dict(
             config=DEMO_CONFIG,
-            runs=[osp.relpath(p, demo_work_dir) for p in runs],
+            runs=run_names,
             command=f'python tools/train.py {DEMO_CONFIG} --work-dir '
             f'{demo_work_dir} --resume (the make demo step)',
             note=note or ''),
         records=records)
-    path = osp.join(data_dir, 'demo_scalars.json')
     with open(path, 'w') as f:
         json.dump(data, f, indent=1)
         f.write('\n')
@@ -362,9 +369,9 @@ def fig_demo_loss(data_dir: str, out: str) -> Optional[str]:
     val = [r for r in data['records'] if 'coco/bbox_mAP_50' in r]
     fig, left = plt.subplots(figsize=(7, 3.6))
     left.plot([r['step'] for r in train], [r['loss'] for r in train],
-              color='tab:blue', label='training loss (sum of 3 layers)')
+              color='tab:blue')
     left.set_xlabel('iteration')
-    left.set_ylabel('loss', color='tab:blue')
+    left.set_ylabel('training loss (all decoder layers)', color='tab:blue')
     left.grid(alpha=0.3)
     if val and train:
         # validation is logged per epoch; place it at the epoch's last
