@@ -8,7 +8,6 @@ figure that recomputed a mean differently fails here.
 import importlib.util
 import json
 import os.path as osp
-import re
 
 import numpy as np
 import pytest
