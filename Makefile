@@ -7,6 +7,10 @@
 #               label maps for the embedded set, the quick-start Semantic
 #               FPN with a tiny CPVT, mIoU
 #   make test   set up .venv with test dependencies, run the test suite
+#   make docs   set up .venv plus the documentation tools (requirements/docs.txt),
+#               build the site into docs/_build/html, warnings as errors
+#   make figures  draw the figures of the docs (docs/_static/figures) from
+#               docs/data/*.json and, when it exists, the demo's work dir
 PY := .venv/bin/python
 DEMO_CONFIG ?= configs/quickstart/detr_irpe_r18_synthetic.py
 DEMO_WORK_DIR ?= work_dirs/demo
@@ -15,9 +19,11 @@ DEMO_FAST_WORK_DIR ?= work_dirs/demo-fast
 DEMO_SEG_CONFIG ?= configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py
 DEMO_SEG_WORK_DIR ?= work_dirs/demo-seg
 PYTEST_ARGS ?=
+DOCS_BUILD_DIR ?= docs/_build/html
+SPHINX_ARGS ?=
 
 .PHONY: demo demo-fast test setup setup-tests data train-demo eval-demo \
-	demo-seg
+	demo-seg setup-docs docs figures
 
 setup:
 	bash tools/setup_env.sh
@@ -55,3 +61,19 @@ demo-seg: setup
 
 test: setup-tests
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+# the documentation tools go into the same .venv (autodoc imports mmpe, so
+# the site needs the runtime stack); pinned in requirements/docs.txt
+setup-docs: setup
+	$(PY) -m pip install -q -r requirements/docs.txt
+
+# -W --keep-going: every warning is an error, all of them reported at once
+docs: setup-docs
+	$(PY) -m sphinx -W --keep-going -b html $(SPHINX_ARGS) docs $(DOCS_BUILD_DIR)
+	@echo "[docs] open $(DOCS_BUILD_DIR)/index.html"
+
+# matplotlib comes with the test dependencies; the attention map and the loss
+# curve need a `make demo` run (DEMO_WORK_DIR), the other figures only docs/data
+figures: setup-tests
+	$(PY) tools/analysis/make_figures.py --out-dir docs/_static/figures \
+		$(if $(wildcard $(DEMO_WORK_DIR)/last_checkpoint),--demo-work-dir $(DEMO_WORK_DIR))

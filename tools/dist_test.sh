@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Distributed testing with torchrun and MMEngine's DDP (gloo on CPU, nccl on CUDA).
 #   bash tools/dist_test.sh CONFIG CHECKPOINT NUM_PROCS [test.py args...]
+# PYTHON (default: the repository's .venv/bin/python when it exists, as
+# `make demo` / `make test` create it, else python), NNODES, NODE_RANK,
+# PORT, MASTER_ADDR.
 set -e
 CONFIG=$1
 CHECKPOINT=$2
@@ -10,7 +13,8 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 DIR="$(cd "$(dirname "$0")" && pwd)"
-PYTHON=${PYTHON:-python}
+# PYTHON: the repository's .venv python unless set (tools/python_env.sh)
+source "$DIR/python_env.sh"
 
 PYTHONPATH="$DIR/..":$PYTHONPATH \
 "$PYTHON" -m torch.distributed.run \

@@ -7,7 +7,8 @@
 # PARTITION, JOB_NAME, CONFIG, ARG4, GPUS (default 8, or $GPUS) and the array
 # TOOL_ARGS; fills the array SRUN_OPTS with the common srun options from the
 # environment (GPUS_PER_NODE: min(GPUS, 8), CPUS_PER_TASK: 5, SRUN_ARGS);
-# sets PYTHON (default python) and exports PYTHONPATH with the repo root.
+# sets PYTHON (tools/python_env.sh: $PYTHON, else the repository's .venv
+# python when it exists, else python) and exports PYTHONPATH with the repo root.
 # Returns 2 after a usage line when fewer than 4 arguments are given.
 slurm_parse_args() {
     local name4=$1 tool=$2
@@ -32,8 +33,9 @@ slurm_parse_args() {
     SRUN_OPTS=(-p "$PARTITION" --job-name="$JOB_NAME" --gres=gpu:"$per_node"
         --ntasks="$GPUS" --ntasks-per-node="$per_node"
         --cpus-per-task="${CPUS_PER_TASK:-5}" --kill-on-bad-exit=1)
-    PYTHON=${PYTHON:-python}
     local root
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    # shellcheck source=tools/python_env.sh
+    source "$root/tools/python_env.sh"
     export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 }

@@ -6,7 +6,8 @@
 #
 # GPUS (default 8, or $GPUS) is the number of tasks; environment:
 # GPUS_PER_NODE (default: min(GPUS, 8)), CPUS_PER_TASK (5), SRUN_ARGS (further
-# srun options), PYTHON (python).
+# srun options), PYTHON (the repository's .venv/bin/python when it exists,
+# else python).
 set -u
 DIR="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=tools/slurm_args.sh

@@ -14,7 +14,8 @@
 #                   iter_N.pth on SIGTERM and SIGUSR1 and exits with 75)
 #   SIGNAL_TIME     default 120
 #   MAX_REQUEUES    how often to start again after exit status 75 (default 20)
-#   PYTHON          default python
+#   PYTHON          default: the repository's .venv/bin/python when it
+#                   exists (make demo / make test create it), else python
 #
 # Exit status 75 of tools/train.py means "checkpoint saved, continue later".
 # Inside a batch job (sbatch --requeue ... this script) the job is requeued
