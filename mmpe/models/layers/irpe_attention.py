@@ -55,8 +55,10 @@ class iRPEMultiheadAttention(PEAttention):
         rope_cfg (dict, optional): Rotary embedding of the grid tokens:
             ``dict(type='rope2d', theta=100.)`` (:class:`RoPE2D`) or
             ``dict(type='rope-mixed', theta=10., rotate=True)``
-            (:class:`RoPEMixed`, learnable frequencies of this layer).
-            iRPE, where also on, reads the unrotated q and k. None: no RoPE.
+            (:class:`RoPEMixed`, learnable frequencies of this layer); the
+            token positions come with each call (``rope_pos``, integer
+            indices by default). iRPE, where also on, reads the unrotated q
+            and k. None: no RoPE.
             Defaults to None.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
@@ -118,6 +120,7 @@ class iRPEMultiheadAttention(PEAttention):
                 attn_mask: Optional[Tensor] = None,
                 key_padding_mask: Optional[Tensor] = None,
                 spatial_shape: Optional[Sequence[int]] = None,
+                rope_pos: Optional[Tensor] = None,
                 **kwargs) -> Tensor:
         """Attention with iRPE terms, residual and dropout as in mmcv.
 
@@ -137,6 +140,10 @@ class iRPEMultiheadAttention(PEAttention):
             spatial_shape (tuple[int, int], optional): Token grid
                 ``(height, width)``; ``n == skip + height * width`` (skip
                 tokens first). Required when RPE or RoPE is on.
+            rope_pos (Tensor, optional): ``(bs, height * width, 2)`` or
+                ``(height * width, 2)`` token positions ``(y, x)`` for RoPE
+                (:class:`~mmpe.models.layers.rope_coords.RoPECoords`, one
+                per batch for every layer). None: integer token positions.
 
         Returns:
             Tensor: Same shape as query.
@@ -159,7 +166,7 @@ class iRPEMultiheadAttention(PEAttention):
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
 
         out = self.attention(query, key, value, attn_mask, key_padding_mask,
-                             spatial_shape)
+                             spatial_shape, rope_pos)
         if not self.batch_first:
             out = out.transpose(0, 1)
         return identity + self.dropout_layer(self.proj_drop(out))
@@ -167,7 +174,8 @@ class iRPEMultiheadAttention(PEAttention):
     def attention(self, query: Tensor, key: Tensor, value: Tensor,
                   attn_mask: Optional[Tensor],
                   key_padding_mask: Optional[Tensor],
-                  spatial_shape: Optional[Sequence[int]]) -> Tensor:
+                  spatial_shape: Optional[Sequence[int]],
+                  rope_pos: Optional[Tensor] = None) -> Tensor:
         """Projections around :meth:`PEAttention.attend`, batch-first.
 
         Args:
@@ -176,6 +184,8 @@ class iRPEMultiheadAttention(PEAttention):
             attn_mask (Tensor, optional): (n_q, n_k) mask.
             key_padding_mask (Tensor, optional): (bs, n_k), True at padding.
             spatial_shape (tuple[int, int], optional): Token grid (h, w).
+            rope_pos (Tensor, optional): RoPE positions (see
+                :meth:`forward`); None: integer token positions.
 
         Returns:
             Tensor: (bs, n_q, dims), after the output projection.
@@ -191,7 +201,7 @@ class iRPEMultiheadAttention(PEAttention):
                 raise ValueError(
                     f'{type(self).__name__} needs `spatial_shape=(height, '
                     'width)` of the token grid when RoPE is on; got None')
-            rope = self.rope(spatial_shape, q.device, q.dtype)
+            rope = self.rope(spatial_shape, q.device, q.dtype, pos=rope_pos)
         out = self.attend(q, k, v, spatial_shape, key_padding_mask, attn_mask,
                           rope)
         return self.attn.out_proj(self.merge_heads(out))

@@ -343,7 +343,8 @@ NAME = 'detr_rope-mixed_r18_synthetic.py'
      r"encoder_pe.relative.type.*'alibi'.*\('irpe', 'rope2d', 'rope-mixed'\)"),
     (dict(relative=dict(mode='contextual')), r'encoder_pe.relative.*type'),
     (dict(relative=dict(type='rope2d', ratio=1.9)),
-     r"\['ratio'\].*'rope2d'.*\('theta',\)"),
+     r"\['ratio'\].*'rope2d'.*\('theta', 'coords', 'normalize', 'shift', "
+     r"'jitter', 'rescale'\)"),
     (dict(decoder_pos='learned'),
      r"encoder_pe.decoder_pos.*'learned'.*\('sine', 'encoder', 'none'\)"),
     (dict(absolute='sine', relativ='rope2d'),
