@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from mmdet.registry import MODELS
 from .pe_attention import PEAttention
 from .rope2d import RoPE2D
+from .rope_coords import COORD_DEFAULTS
 from .rope_mixed import RoPEMixed
 
 #: ``rope_cfg['type']`` -> the module that gives ``(cos, sin)`` for a grid
@@ -106,6 +107,14 @@ class iRPEMultiheadAttention(PEAttention):
         if kind not in ROPE_TYPES:
             raise ValueError(f'Unsupported `rope_cfg.type` {kind!r}, please '
                              f'choose from {tuple(ROPE_TYPES)}')
+        coord_keys = sorted(set(cfg) & set(COORD_DEFAULTS))
+        if coord_keys:
+            raise ValueError(
+                f'Unsupported `rope_cfg` keys {coord_keys} in an attention '
+                'layer: token coordinates are made once per batch for all '
+                'layers and passed as `rope_pos`; please set them in the '
+                "detector's `encoder_pe.relative` (or build "
+                '`RoPECoords` where the grid and padding mask are known)')
         if kind == 'rope-mixed':
             cfg['num_heads'] = self.num_heads
         return ROPE_TYPES[kind](self.head_dims, **cfg)

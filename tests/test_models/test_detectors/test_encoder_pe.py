@@ -436,6 +436,16 @@ def test_two_places_for_the_relative_part_are_refused():
         MODELS.build(cfg)
 
 
+def test_coordinates_in_a_layers_rope_cfg_are_refused():
+    """Coordinates belong to the batch (one RoPECoords for all layers):
+    the older spelling in the attention config cannot take them."""
+    with pytest.raises(ValueError,
+                       match=r"\['coords', 'rescale'\].*encoder_pe.relative"):
+        iRPEMultiheadAttention(
+            32, 4, rope_cfg=dict(type='rope2d', coords='normalized',
+                                 rescale=2.))
+
+
 def test_rope_mixed_checkpoint_of_another_head_count_is_refused():
     model = MODELS.build(_cfg(NAME, relative='rope-mixed'))
     other = _cfg(NAME, relative='rope-mixed')
