@@ -20,7 +20,10 @@ one concept per module:
 * **Images** (:mod:`.synthetic_image`): long side 128..256 px, aspect
   1:3..3:1, smooth background, 1..3 objects of 30..70% of the short side
   placed with occlusion rules; :class:`SyntheticImageParams` holds these
-  parameters and their defaults.
+  parameters and their defaults. ``canvas=c`` makes the images ``c`` times
+  larger per side at the same object sizes in pixels and the same
+  expected objects per unit area (a test set of longer sequences at the
+  training object scale, beside a resized test set whose objects grow).
 * **Annotations**: per object the *visible* mask (its mask minus later
   occluders, clipped to the image). ``segmentation`` holds polygons traced
   by :func:`mask_to_polygons`, which pycocotools rasterises back to exactly
@@ -206,6 +209,7 @@ def generate_synthetic_coco(
             # recorded only when not the default, so that sets written
             # before the field existed are still recognised as the same
             if not (k == 'object_hue' and v == 'class')
+            and not (k == 'canvas' and v == 1)
         })
     splits = {'train': int(num_train), 'val': int(num_val)}
     ann_dir = osp.join(out_dir, 'annotations')

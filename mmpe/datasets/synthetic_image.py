@@ -24,6 +24,14 @@
   smaller than ``min_fragment_area`` pixels. So every painted object is
   annotated, none is a sliver, and no unannotated remnant of a dropped
   object is left.
+* **Canvas** (``canvas = c > 1``, a test of longer sequences at the same
+  object scale): the image size is drawn as above (the *base* size), then
+  both sides are multiplied by ``c`` (rounded); object extents are drawn
+  from the *base* short side exactly as at ``c = 1``, so objects have the
+  same sizes in pixels on an image ``c`` times larger per side, and the
+  number of objects is uniform in ``1..round(c^2 (max_objects + 1)) - 1``,
+  i.e. ``c^2`` times as many on average: the same expected objects per
+  unit area. ``c = 1`` draws exactly as before the option existed.
 """
 from dataclasses import dataclass, replace
 from typing import List, Tuple
@@ -34,7 +42,9 @@ import numpy as np
 from .synthetic_shapes import (CLASS_HUES, SYNTHETIC_COCO_CLASSES, hsv_to_bgr,
                                shape_patch)
 
-__all__ = ['SyntheticImageParams', 'render_synthetic_image']
+__all__ = [
+    'SyntheticImageParams', 'render_synthetic_image', 'canvas_max_objects'
+]
 
 _MAX_TRIES = 30
 _NOISE_STD = 3.0  # in 0..255 units: mild sensor-like noise
@@ -62,6 +72,9 @@ class SyntheticImageParams:
             model must recognise the shape, which takes the spatial layout
             of several patches (position information). Defaults to
             ``'class'``.
+        canvas (float): Image sides times this factor (>= 1) at the same
+            object sizes in pixels and the same expected objects per unit
+            area (module docstring). Defaults to 1.
     """
     min_size: int = 128
     max_size: int = 256
@@ -71,6 +84,7 @@ class SyntheticImageParams:
     min_object_size: int = 24
     min_visible_frac: float = 0.3
     object_hue: str = 'class'
+    canvas: float = 1.0
 
     def checked(self) -> 'SyntheticImageParams':
         """A copy with plain int / float values, after checking them.
@@ -100,6 +114,10 @@ class SyntheticImageParams:
         if self.object_hue not in OBJECT_HUES:
             raise ValueError(f'`object_hue` must be one of {OBJECT_HUES}, '
                              f'got {self.object_hue!r}')
+        if isinstance(self.canvas, bool) or not isinstance(
+                self.canvas, (int, float)) or not 1 <= self.canvas <= 16:
+            raise ValueError(f'`canvas` must be a number in [1, 16] (1: the '
+                             f'drawn size), got {self.canvas!r}')
         return replace(
             self,
             min_size=int(self.min_size),
@@ -108,7 +126,15 @@ class SyntheticImageParams:
             max_objects=int(self.max_objects),
             object_scale_range=object_scale_range,
             min_object_size=int(self.min_object_size),
-            min_visible_frac=float(self.min_visible_frac))
+            min_visible_frac=float(self.min_visible_frac),
+            canvas=float(self.canvas))
+
+
+def canvas_max_objects(max_objects: int, canvas: float) -> int:
+    """Most objects on a canvas ``canvas`` times larger per side:
+    ``round(canvas^2 (max_objects + 1)) - 1``, so that the mean of the
+    uniform count ``1..N`` grows with the area (``max_objects`` at 1)."""
+    return int(round(canvas**2 * (max_objects + 1))) - 1
 
 
 def _visible_ok(visible: np.ndarray, full_area: int, min_visible_frac: float,
@@ -154,7 +180,11 @@ def render_synthetic_image(
         w, h = long_side, max(int(round(long_side / aspect)), 1)
     else:
         w, h = max(int(round(long_side * aspect)), 1), long_side
+    # object extents follow the base size; the canvas only adds room
     short = min(h, w)
+    max_objects = canvas_max_objects(p.max_objects, p.canvas)
+    if p.canvas != 1:
+        h, w = int(round(h * p.canvas)), int(round(w * p.canvas))
 
     # Smooth background: gradient between two close greyish colours.
     bg_hue = rng.uniform(0, 360)
@@ -168,7 +198,7 @@ def render_synthetic_image(
     t = (proj - proj.min()) / max(float(np.ptp(proj)), 1.0)  # (H, W) in [0, 1]
     img = c0[None, None] * (1 - t[..., None]) + c1[None, None] * t[..., None]
 
-    num_objects = int(rng.integers(1, p.max_objects + 1))
+    num_objects = int(rng.integers(1, max_objects + 1))
     full_areas: List[int] = []
     visibles: List[np.ndarray] = []
     labels: List[int] = []

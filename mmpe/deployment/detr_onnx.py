@@ -11,7 +11,11 @@ tensor ops; every other step is the detector's own method (``extract_feat``,
 ``forward_encoder``, ``pre_decoder``, ``forward_decoder``,
 ``bbox_head.forward``), and mmpe's encoder position encodings come from
 :meth:`~mmpe.models.detectors.iRPEEncoderMixin.encoder_pe_inputs`, the one
-implementation that the detector's own ``pre_transformer`` also calls.
+implementation that the detector's own ``pre_transformer`` also calls. It
+reads each image's valid extent from the feature-level mask built here
+from ``img_shapes``, so normalised RoPE coordinates (DINOv3's) come from
+the same valid sizes as mmdet's sine encoding, in the graph and in
+PyTorch alike.
 
 Graph (all sizes but ``Q`` and ``C`` dynamic)::
 

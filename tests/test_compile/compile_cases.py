@@ -40,8 +40,9 @@ def small_detector(detector: str, encoder_pe: dict, seed: int = 0,
 class EncoderCall(torch.nn.Module):
     """``detector``'s absolute encoding and encoder as the detector calls
     them, from a feature map ``(B, C, h, w)`` and its padding mask
-    ``(B, h, w)``: the grid is read from the map's shape inside the call,
-    as :meth:`iRPEEncoderMixin.pre_transformer` does."""
+    ``(B, h, w)``: the grid (and the RoPE positions of normalised
+    coordinates) are read from the map's shape and the mask inside the
+    call, as :meth:`iRPEEncoderMixin.pre_transformer` does."""
 
     def __init__(self, detector) -> None:
         super().__init__()
@@ -58,8 +59,12 @@ class EncoderCall(torch.nn.Module):
             if det.abs_pe == 'none':
                 pos = torch.zeros_like(pos)
         tokens = feat.flatten(2).transpose(1, 2)  # (B, h * w, C)
+        # RoPE positions from the grid and the mask (None: integer indices)
+        rope_pos = None
+        if det.rope_coords is not None:
+            rope_pos = det.rope_coords((height, width), mask.flatten(1))
         return det.forward_encoder(tokens, mask.flatten(1), pos,
-                                   (height, width))['memory']
+                                   (height, width), rope_pos)['memory']
 
 
 def feature_batch(grid, channels: int, batch: int = 2, seed: int = 0):

@@ -8,7 +8,9 @@ backward, is in ``test_attention_compile.py``):
 - the DETR-family encoders (DETR, Conditional DETR, DAB-DETR, each from its
   quick-start config with one encoder layer) with the ``encoder_pe``
   absolute part (sine / learnable / none) and relative part (none, iRPE in
-  several modes / methods / ``on``, RoPE-2D, RoPE-Mixed);
+  several modes / methods / ``on``, RoPE-2D, RoPE-Mixed, with integer or
+  normalised coordinates; and in training, with the coordinates'
+  augmentations drawn inside the graph);
 - the CPVT backbone with every ``pos_encoding`` and the DeiT-iRPE layout
   (class token, learnable table and iRPE), with a padding mask.
 
@@ -34,6 +36,12 @@ RELATIVES = {
         IRPE, method='quant', on='v', shared_head=False),
     'rope2d': 'rope2d',
     'rope-mixed': 'rope-mixed',
+    # DINOv3's normalised coordinates, from each image's valid extent in
+    # the mask (rescale acts in training only)
+    'rope2d-norm-max': dict(type='rope2d', coords='normalized',
+                            normalize='max'),
+    'rope-mixed-norm': dict(type='rope-mixed', coords='normalized',
+                            rescale=2.),
 }
 # DETR: every relative part with sine, and three of them with the other
 # absolute parts; Conditional / DAB-DETR (same attention class, own encoder
@@ -43,7 +51,8 @@ ENCODER_CASES = (
     [('DETR', absolute, rel) for absolute in ('learnable', 'none')
      for rel in ('none', 'irpe-ctx-product-k', 'rope-mixed')] +
     [(det, 'sine', rel) for det in ('ConditionalDETR', 'DABDETR')
-     for rel in ('none', 'irpe-ctx-product-k', 'rope2d', 'rope-mixed')] +
+     for rel in ('none', 'irpe-ctx-product-k', 'rope2d', 'rope-mixed',
+                 'rope-mixed-norm')] +
     [(det, absolute, 'irpe-ctx-product-k')
      for det in ('ConditionalDETR', 'DABDETR')
      for absolute in ('learnable', 'none')])
@@ -72,6 +81,27 @@ def test_encoder_one_graph_no_recompile(detector, absolute, relative):
         assert graphs == 1
         for args, out in zip(inputs, outs):
             torch.testing.assert_close(out, call(*args), **TOL)
+
+
+def test_encoder_with_augmented_coordinates_one_graph_in_training():
+    """Training mode: DINOv3's coordinate augmentations draw from torch's
+    generator inside the graph; the same seed gives eager's outputs."""
+    pe = dict(absolute='sine', relative=dict(
+        type='rope-mixed', coords='normalized', normalize='min', shift=0.1,
+        jitter=1.2, rescale=2.))
+    call = EncoderCall(small_detector('DETR', pe)).train()
+    inputs = [feature_batch(g, call.detector.embed_dims) for g in GRIDS]
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(call, backend='eager', fullgraph=True,
+                             dynamic=True)
+    with torch.no_grad():
+        for seed, args in enumerate(inputs):
+            torch.manual_seed(seed)
+            got = compiled(*args)
+            torch.manual_seed(seed)
+            torch.testing.assert_close(got, call(*args), **TOL)
+    assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
 
 
 BACKBONES = {

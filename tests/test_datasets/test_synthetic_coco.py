@@ -256,6 +256,79 @@ def test_default_object_hue_is_not_recorded_so_older_sets_match(tmp_path):
     assert other.params['object_hue'] == 'random'
 
 
+# -------------------------------------------------------------------- canvas
+# The documented drawing (mmpe/datasets/synthetic_image.py and
+# synthetic_shapes.py): an object's extent (side / diameter) is uniform in
+# [max(0.3 s, 24), max(0.7 s, 24)] px of the *base* short side s (the
+# image's short side / canvas); the widest shape's box is 1.36 extents (a
+# 1.25:1 rectangle of side `extent` turned by 20 deg: sqrt(1.25) cos 20 +
+# sin 20 / sqrt(1.25) = 1.357; a triangle of radii 0.66 extent: 1.32; an
+# ellipse: sqrt(1.15) = 1.07); the object count is uniform in
+# 1..round(c^2 (max_objects + 1)) - 1.
+WIDEST_BOX = 1.36
+
+
+def _boxes_and_counts(root):
+    coco = _load(root, 'val')
+    shorts = {im['id']: min(im['height'], im['width'])
+              for im in coco['images']}
+    sides = np.array([max(a['bbox'][2:]) for a in coco['annotations']])
+    shorts_per_box = np.array([shorts[a['image_id']]
+                               for a in coco['annotations']])
+    counts = np.bincount([a['image_id'] for a in coco['annotations']],
+                         minlength=len(shorts) + 1)[1:]
+    return coco, sides, shorts_per_box, counts
+
+
+def test_canvas_keeps_object_scale_on_larger_images(tmp_path):
+    """canvas=2: images twice as large per side, object boxes the same
+    size in pixels (bounded by the base size, equal in distribution to the
+    x1 set's), about four times as many objects per image; a resized set
+    would double the boxes instead."""
+    sets = {}
+    for canvas in (1, 2):
+        root = str(tmp_path / f'c{canvas}')
+        generate_synthetic_coco(root, num_train=0, num_val=80, seed=4,
+                                canvas=canvas)
+        sets[canvas] = _boxes_and_counts(root)
+    (coco1, sides1, _, counts1) = sets[1]
+    (coco2, sides2, shorts2, counts2) = sets[2]
+    longs = np.array([max(im['height'], im['width'])
+                      for im in coco2['images']])
+    # base long side 128..256 px, sides times 2 (rounded)
+    assert longs.min() >= 2 * 128 and longs.max() <= 2 * 256
+    assert longs.mean() > 1.8 * np.mean(
+        [max(im['height'], im['width']) for im in coco1['images']])
+    # every box fits the widest shape of the largest extent of the base
+    # short side (short / 2), with a pixel of rounding
+    bound = WIDEST_BOX * np.maximum(0.7 * (shorts2 / 2 + 0.5), 24) + 1
+    assert (sides2 <= bound).all()
+    # the same sizes in pixels as the x1 set: equal quartiles within the
+    # sampling noise of ~200 / ~600 boxes (a resize would double them)
+    for q in (25, 50, 75):
+        ratio = np.percentile(sides2, q) / np.percentile(sides1, q)
+        assert 0.85 < ratio < 1.15, (q, ratio)
+    # four times the area, about four times the objects (placements that
+    # would hide others are dropped, so a little fewer)
+    assert counts2.max() <= 15 and counts1.max() <= 3
+    assert 3.2 < counts2.mean() / counts1.mean() < 4.8
+
+
+def test_canvas_one_is_not_recorded_and_bad_canvas_is_refused(tmp_path):
+    root = str(tmp_path / 'd')
+    first = generate_synthetic_coco(root, seed=0, num_train=3, num_val=1)
+    assert 'canvas' not in first.params  # as written before the option
+    assert generate_synthetic_coco(
+        root, seed=0, num_train=3, num_val=1, canvas=1.0).skipped
+    other = generate_synthetic_coco(
+        str(tmp_path / 'c'), seed=0, num_train=0, num_val=1, canvas=1.5)
+    assert other.params['canvas'] == 1.5
+    for bad in (0.5, 0, True, '2', 17):
+        with pytest.raises(ValueError, match=r'`canvas`.*\[1, 16\]'):
+            generate_synthetic_coco(str(tmp_path / 'x'), canvas=bad)
+    assert not osp.exists(tmp_path / 'x')
+
+
 # ---------------------------------------------------------- mask_to_polygons
 
 

@@ -1,7 +1,8 @@
 """ONNX export (PyTorch's dynamo exporter, dynamic batch / height / width):
 onnxruntime equals PyTorch for the quick-start DETR-family detectors with
 mmpe's encoder position encodings (iRPE in DETR / Conditional DETR /
-DAB-DETR, RoPE-Mixed), a padding-aware DETR with the CPVT backbone, and
+DAB-DETR, RoPE-Mixed with integer or normalised coordinates), a
+padding-aware DETR with the CPVT backbone, and
 the CPVT / DeiT-iRPE backbones alone, at the export size and at two others
 (one a batch with padded images); unsupported detectors are refused by
 name.
@@ -34,6 +35,9 @@ DETECTORS = {
     'conditional-detr-irpe': 'conditional-detr_irpe_r18_synthetic.py',
     'dab-detr-irpe': 'dab-detr_irpe_r18_synthetic.py',
     'detr-rope-mixed': 'detr_rope-mixed_r18_synthetic.py',
+    # DINOv3's normalised coordinates: each image's valid extent read from
+    # the padding mask that the graph builds from `img_shapes`
+    'detr-rope-mixed-normalized': 'detr_rope-mixed_r18_synthetic.py',
     # the plain DETR with mmpe's padding-aware detector and the tiny CPVT
     # backbone: the pixel mask goes into the backbone inside the graph
     'padding-aware-detr-cpvt': 'detr_r18_synthetic.py',
@@ -70,6 +74,10 @@ def _config(name):
 
 def _detector_config(key):
     cfg = _config(DETECTORS[key])
+    if key == 'detr-rope-mixed-normalized':
+        cfg.model.encoder_pe.relative = dict(
+            type='rope-mixed', coords='normalized', normalize='max',
+            rescale=2.)
     if key == 'padding-aware-detr-cpvt':
         cfg.model.type = 'PaddingAwareDETR'
         cfg.model.backbone = _config(BACKBONES['cpvt-tiny']).model.backbone

@@ -3,6 +3,7 @@ the summary computes mean and sample std over seeds."""
 import copy
 import importlib.util
 import json
+import os
 import os.path as osp
 
 import pytest
@@ -59,6 +60,29 @@ def test_row_builds_what_it_says(study, name, config, options):
         assert bool(rpes) == ('iRPE' in name)
         # every row's decoder keys keep the sine encoding
         assert getattr(model, 'decoder_pos', 'sine') in ('sine', 'encoder')
+    elif study.startswith('rope_coords'):
+        assert type(model).__name__ == (
+            'iRPEConditionalDETR' if study == 'rope_coords_cond' else
+            'iRPEDETR' if 'sine' != name.split()[-1] else 'DETR')
+        assert getattr(model, 'use_abs_pe', True)
+        attns = [layer.self_attn for layer in model.encoder.layers]
+        ropes = {type(getattr(a, 'rope', None)).__name__ for a in attns}
+        assert ropes == {'RoPEMixed' if 'RoPE-Mixed' in name else 'NoneType'}
+        coords = getattr(model, 'rope_coords', None)
+        if 'RoPE-Mixed' in name:
+            assert coords.coords == ('normalized' if 'normalized' in name
+                                     else 'index')
+            assert coords.normalize == 'separate' and coords.shift == 0
+            want = (2.0, 1.2) if 'rescale 2, jitter 1.2' in name else (1, 1)
+            assert (coords.rescale, coords.jitter) == want
+        else:
+            assert coords is None
+        assert bool(rpes) == ('iRPE' in name)
+        for rpe in rpes:
+            assert (rpe.mode, rpe.method) == ('contextual', 'product')
+            assert rpe.index == ('clip' if 'clip' in name else 'piecewise')
+            if 'clip' in name:
+                assert rpe.max_distance == 3
     elif study == 'irpe_tab1':
         method = name.split()[-1]
         assert rpes and all(r.method == method for r in rpes)
@@ -204,3 +228,112 @@ def test_summary_rows_in_study_order():
     assert [table.index(f'| {r} |') for r in
             ['#2 no PE', '#1 sine (DETR)', '#5 sine + ctx clip']] == sorted(
                 table.index(f'| {r} |') for r in rows)
+
+
+# ---------------------------------------------------------------------------
+# the RoPE-coordinate studies: resized and canvas tests of every run
+# ---------------------------------------------------------------------------
+def test_rope_coords_runs_are_tested_resized_and_on_the_canvas(
+        tmp_path, monkeypatch):
+    """run_one trains, then calls eval_resolutions.py with 1x, 1.5x, 2x
+    resized and the 2x canvas on the last checkpoint, with the run's
+    options; the tests' metrics land in the result."""
+    commands = []
+
+    def fake_run(cmd, log_file, threads=None):
+        commands.append(list(cmd))
+        work_dir = cmd[cmd.index('--work-dir') + 1]
+        if cmd[0] == 'tools/train.py':
+            vis = osp.join(work_dir, '20260101_000000', 'vis_data')
+            os.makedirs(vis)
+            with open(osp.join(vis, 'scalars.json'), 'w') as f:
+                f.write(json.dumps({'coco/bbox_mAP': 0.1,
+                                    'coco/bbox_mAP_50': 0.3}) + '\n')
+        else:
+            os.makedirs(work_dir)
+            with open(osp.join(work_dir, 'eval_resolutions.json'), 'w') as f:
+                json.dump(dict(results=[
+                    dict(test=k, scale=s, metrics={'coco/bbox_mAP_50': s})
+                    for k, s in ablation.RES_TESTS['rope_coords_detr']
+                ]), f)
+        return 1.0
+
+    monkeypatch.setattr(ablation, '_run', fake_run)
+    args = ablation.parse_args(['--work-dir', str(tmp_path)])
+    args.epochs, args.threads = 8, 1
+    name, config, options = ablation.STUDIES['rope_coords_detr'][3]
+    result = ablation.run_one('rope_coords_detr', name, config, options, 2,
+                              args)
+    train, test = commands
+    assert train[:2] == ['tools/train.py', config]
+    assert test[:3] == ['tools/analysis/eval_resolutions.py', config,
+                        osp.join(tmp_path, 'rope_coords_detr',
+                                 train[3].split('/')[-1], 'epoch_8.pth')]
+    assert test[3:9] == ['--scales', '1.0', '1.5', '2.0', '--canvas', '2.0']
+    # the run's own options (seed, model) reach the test too
+    assert test[test.index('--cfg-options') + 1:] == \
+        train[train.index('--cfg-options') + 1:]
+    assert 'model.encoder_pe.relative.coords=normalized' in test
+    assert [(r['test'], r['scale']) for r in result['scales']] == [
+        ('resize', 1.0), ('resize', 1.5), ('resize', 2.0), ('canvas', 2.0)]
+
+
+def test_rope_coords_summary_has_every_test_and_runs_are_not_shared(
+        tmp_path, monkeypatch):
+    """The table: AP then AP50 at x1, x1.5, x2 and x2 canvas. A run of the
+    same command in a study without these tests is trained again, not
+    reused (it has no resolution tests); the canvas data are made once,
+    before the runs."""
+    calls, prepared = [], []
+
+    def fake_run_one(study, name, config, options, seed, args):
+        calls.append((study, name, seed))
+        res = [dict(test=k, scale=s, metrics={
+            'coco/bbox_mAP': 0.1 * s + seed / 10,
+            'coco/bbox_mAP_50': (0.4 if k == 'canvas' else 0.2 * s) + seed})
+            for k, s in ablation.RES_TESTS.get(study, [])]
+        return dict(study=study, row=name, seed=seed, config=config,
+                    options=options, train_seconds=10.0,
+                    metrics={'coco/bbox_mAP': 0.1, 'coco/bbox_mAP_50': 0.2},
+                    **(dict(scales=res) if res else {}))
+
+    monkeypatch.setattr(ablation, 'run_one', fake_run_one)
+    monkeypatch.setattr(ablation, 'make_canvas_data',
+                        lambda studies, args: prepared.append(studies))
+    out = tmp_path / 'runs.json'
+    argv = ['--studies', 'encoder_pe_detr', 'rope_coords_detr', '--rows',
+            'iRPE ctx', 'iRPE piecewise', '--seeds', '0', '1', '--out',
+            str(out), '--work-dir', str(tmp_path)]
+    assert ablation.main(argv) == 0
+    assert sorted(calls) == [
+        ('encoder_pe_detr', 'DETR sine + iRPE ctx', 0),
+        ('encoder_pe_detr', 'DETR sine + iRPE ctx', 1),
+        ('rope_coords_detr', 'DETR sine + iRPE piecewise', 0),
+        ('rope_coords_detr', 'DETR sine + iRPE piecewise', 1)]
+    assert prepared == [['encoder_pe_detr', 'rope_coords_detr']]
+    table = ablation.summarise(json.loads(out.read_text()))
+    assert ('| row | bbox AP x1 | bbox AP x1.5 | bbox AP x2 | bbox AP x2 '
+            'canvas | bbox AP50 x1 | bbox AP50 x1.5 | bbox AP50 x2 | bbox '
+            'AP50 x2 canvas | train s/run |') in table
+    # seeds 0 and 1: AP50 x1 0.2 and 1.2 (std 0.707), x2 canvas 0.4 / 1.4
+    assert ('| DETR sine + iRPE piecewise | 0.150 ± 0.071 | 0.200 ± 0.071 | '
+            '0.250 ± 0.071 | 0.250 ± 0.071 | 0.700 ± 0.707 | 0.800 ± 0.707 | '
+            '0.900 ± 0.707 | 0.900 ± 0.707 | 10 ± 0 |') in table
+
+
+def test_canvas_data_made_from_the_studys_data_root(tmp_path):
+    """make_canvas_data writes the x2 canvas set beside the data root the
+    runs use, with the generator parameters of that set."""
+    from mmpe.datasets import generate_synthetic_coco
+    root = str(tmp_path / 'synthetic')
+    generate_synthetic_coco(root, num_train=0, num_val=3, seed=9,
+                            min_size=64, max_size=96)
+    args = ablation.parse_args(['--data-root', root + '/'])
+    ablation.make_canvas_data(['irpe_tab6'], args)  # no canvas test: nothing
+    assert not osp.exists(root + '_canvas2')
+    ablation.make_canvas_data(['rope_coords_cond'], args)
+    with open(osp.join(root + '_canvas2', 'annotations',
+                       'synthetic_coco_meta.json')) as f:
+        params = json.load(f)['params']
+    assert (params['canvas'], params['seed'], params['num_val'],
+            params['max_size']) == (2.0, 9, 3, 96)

@@ -6,6 +6,7 @@ import copy
 import glob
 import importlib.util
 import json
+import os
 import os.path as osp
 
 import pytest
@@ -325,3 +326,91 @@ def test_missing_checkpoint_or_data_exits_2(tmp_path, capsys):
     ]) == 2
     err = capsys.readouterr().err
     assert missing in err and 'make_synthetic_coco.py' in err
+
+
+# ------------------------------------------------------------------- canvas
+def test_canvas_test_draws_a_larger_set_at_the_same_object_scale(
+        tiny_val, seen, tmp_path):
+    """--canvas 2: the embedded set drawn again with its generator's
+    parameters on a canvas twice as large per side, the resize sizes
+    doubled too: each canvas image is resized by the factor of its
+    half-size base, so objects keep the x1 test's scale while the images
+    (and the encoder's grid) double."""
+    from mmengine.config import Config
+    root, _ = tiny_val
+    config = osp.join(QUICKSTART, 'detr_rope-mixed_r18_synthetic.py')
+    cfg = Config.fromfile(config)
+    calls, calls_marker = seen
+    calls_marker.append('bbox_head.fc_cls.bias')
+    ckpt = str(tmp_path / 'model.pth')
+    _save_checkpoint(cfg, ckpt, 'bbox_head.fc_cls.bias')
+    work_dir = tmp_path / 'out'
+    rc = eval_resolutions.main([
+        config, ckpt, '--scales', '1.0', '--canvas', '2.0', '--work-dir',
+        str(work_dir), '--cfg-options', *_options(root)
+    ])
+    assert rc == 0
+    canvas_root = root + '_canvas2'
+    with open(osp.join(canvas_root, 'annotations',
+                       'synthetic_coco_meta.json')) as f:
+        params = json.load(f)['params']
+    # the fixture's parameters, the canvas factor, the validation split
+    assert (params['seed'], params['min_size'], params['max_size'],
+            params['canvas'], params['num_train'], params['num_val']) == (
+                5, 96, 128, 2.0, 0, 6)
+    with open(osp.join(canvas_root, 'annotations',
+                       'instances_val.json')) as f:
+        sizes = {im['id']: (im['height'], im['width'])
+                 for im in json.load(f)['images']}
+    assert all(96 * 2 <= max(s) <= 128 * 2 for s in sizes.values())
+    with open(work_dir / 'eval_resolutions.json') as f:
+        results = json.load(f)['results']
+    assert [(r['test'], r['scale']) for r in results] == [('resize', 1.0),
+                                                          ('canvas', 2.0)]
+    resize = next(t for t in eval_resolutions.dataset_pipelines(cfg)[0]
+                  if t['type'] == 'Resize')
+    for call in calls[2:]:  # the canvas run's two batches
+        for img_id, shape in call['samples']:
+            h, w = sizes[img_id]
+            assert shape == keep_ratio_shape(h, w, resize, 2.0)
+            # the factor an image of the base size gets at x1: 128 / long
+            base_factor = 128 / max(h / 2, w / 2)
+            assert max(shape) / max(h, w) == pytest.approx(base_factor,
+                                                           abs=0.01)
+    assert results[1]['images']['num_images'] == 4
+    assert max(results[1]['images']['max_img_shape']) == 256
+    assert all(float(c['marker']) == pytest.approx(0.321) for c in calls)
+    assert glob.glob(str(work_dir / 'canvas_2' / '*' / '*.log'))
+    # a second run finds the canvas set and reuses it
+    mtime = osp.getmtime(osp.join(canvas_root, 'val', '000000.jpg'))
+    assert eval_resolutions.main([
+        config, ckpt, '--canvas', '2.0', '--work-dir', str(work_dir),
+        '--cfg-options', *_options(root)
+    ]) == 0
+    assert osp.getmtime(osp.join(canvas_root, 'val',
+                                 '000000.jpg')) == mtime
+
+
+def test_canvas_needs_the_generators_record(tiny_val, tmp_path, capsys):
+    import shutil
+    root, _ = tiny_val
+    copy_root = str(tmp_path / 'copied')
+    shutil.copytree(root, copy_root)
+    os.remove(osp.join(copy_root, 'annotations', 'synthetic_coco_meta.json'))
+    ckpt = tmp_path / 'x.pth'
+    ckpt.write_bytes(b'')
+    config = osp.join(QUICKSTART, 'detr_r18_synthetic.py')
+    assert eval_resolutions.main([
+        config, str(ckpt), '--canvas', '2', '--work-dir',
+        str(tmp_path / 'out'), '--cfg-options', *_options(copy_root)
+    ]) == 2
+    err = capsys.readouterr().err
+    assert 'synthetic_coco_meta.json' in err and 'make_synthetic_coco' in err
+    assert not osp.exists(copy_root + '_canvas2')
+
+
+@pytest.mark.parametrize('canvas', [['1.0'], ['0.5'], ['2', '2.0']])
+def test_bad_canvas_factors_are_refused(canvas, capsys):
+    with pytest.raises(SystemExit):
+        eval_resolutions.parse_args(['c.py', 'x.pth', '--canvas', *canvas])
+    assert '--canvas' in capsys.readouterr().err

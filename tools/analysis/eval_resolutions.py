@@ -20,7 +20,23 @@ generalising to larger test resolutions (Chu et al., Sec. 4)::
 
     python tools/analysis/eval_resolutions.py CONFIG CKPT --scales 1.0 1.5 2.0
 
-Each scale is one ``Runner.test()`` (its logs under ``WORK_DIR/scale_<f>``),
+A resized test changes two things at once: the images are larger (longer
+token sequences) *and* so are the objects. ``--canvas 2.0`` separates
+them for mmpe's embedded data set: the test set is drawn again by its
+generator (same parameters, read from its meta file) on a canvas twice as
+large per side, with objects of the same sizes in pixels and the same
+expected number per unit area (:mod:`mmpe.datasets.synthetic_image`), and
+the test pipeline's resize sizes are scaled by the same factor, so that
+each image is resized by the factor its un-enlarged twin would get: the
+model sees the training object scale on an image twice as large (more
+objects, longer sequences). The set is written once, beside the original
+(``<data_root>_canvas2``; never overwriting other data), and reused::
+
+    python tools/analysis/eval_resolutions.py CONFIG CKPT \
+        --scales 1.0 1.5 2.0 --canvas 2.0
+
+Each scale is one ``Runner.test()`` (its logs under ``WORK_DIR/scale_<f>``,
+``WORK_DIR/canvas_<f>`` for the canvas tests),
 loading the checkpoint weights-only as ``tools/test.py`` does
 (``--allow-unsafe-checkpoint`` for trusted files that need more). Prints AP
 per scale (the ``*_mAP`` / ``*_mAP_50`` metrics: bbox, and segm when
@@ -57,6 +73,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=[1.0],
         help='factors applied to the test pipeline resize sizes')
     parser.add_argument(
+        '--canvas',
+        type=float,
+        nargs='+',
+        default=[],
+        help='factors (> 1) of the canvas test: the embedded test set drawn '
+        'on a canvas this much larger per side at the same object sizes, '
+        'the pipeline resize scaled alike')
+    parser.add_argument(
         '--work-dir',
         help='where logs and eval_resolutions.json go (default: '
         'WORK_DIR/eval_resolutions, WORK_DIR from the config or '
@@ -75,6 +99,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f'--scales must be positive, got {args.scales}')
     if len({f'{s:g}' for s in args.scales}) != len(args.scales):
         parser.error(f'--scales must not repeat, got {args.scales}')
+    if any(not 1 < c <= 16 for c in args.canvas):
+        parser.error(f'--canvas factors must be in (1, 16], got '
+                     f'{args.canvas}')
+    if len({f'{c:g}' for c in args.canvas}) != len(args.canvas):
+        parser.error(f'--canvas must not repeat, got {args.canvas}')
     return args
 
 
@@ -222,9 +251,15 @@ class ImageShapeHook(Hook):
             mean_img_shape=[sum(hs) / len(hs), sum(ws) / len(ws)])
 
 
-def scale_config(cfg: Config, factor: float, checkpoint: str,
-                 work_dir: str) -> tuple:
+def scale_config(cfg: Config,
+                 factor: float,
+                 checkpoint: str,
+                 work_dir: str,
+                 tag: str = 'scale') -> tuple:
     """A copy of ``cfg`` that tests ``checkpoint`` at ``factor``.
+
+    Args:
+        tag (str): The run's folder and name say ``<tag>_<factor>``.
 
     Returns:
         tuple[Config, list[str]]: The config and the resize changes.
@@ -237,18 +272,121 @@ def scale_config(cfg: Config, factor: float, checkpoint: str,
         changed += rescale_or_insert(pipeline, factor)
     run_cfg.load_from = checkpoint
     run_cfg.resume = False
-    run_cfg.work_dir = osp.join(work_dir, f'scale_{factor:g}')
+    run_cfg.work_dir = osp.join(work_dir, f'{tag}_{factor:g}')
     run_cfg.launcher = 'none'
     # one logger, message hub and visualizer per scale: mmengine reuses
     # instances by name, which would send a scale's logs to another's dir
     # (mmdet's default_runtime names the visualizer 'visualizer'); unnamed,
     # they take the Runner's '<experiment_name>_<timestamp>'
     name = osp.splitext(osp.basename(cfg.filename or 'config'))[0]
-    run_cfg.experiment_name = f'{name}_scale_{factor:g}'
+    run_cfg.experiment_name = f'{name}_{tag}_{factor:g}'
     if isinstance(run_cfg.get('visualizer'), dict):
         run_cfg.visualizer.pop('name', None)
     fix_worker_settings(run_cfg)
     return run_cfg, changed
+
+
+def _test_datasets(cfg: Config) -> List[dict]:
+    """Every dataset config of the test loader (wrappers looked through)."""
+    found, todo = [], [cfg.test_dataloader.dataset]
+    while todo:
+        dataset = todo.pop(0)
+        found.append(dataset)
+        if dataset.get('dataset'):
+            todo.append(dataset['dataset'])
+        todo += list(dataset.get('datasets') or [])
+    return found
+
+
+def test_data_root(cfg: Config) -> str:
+    """The test set's ``data_root`` (one for all its datasets).
+
+    Raises:
+        ValueError: None or several.
+    """
+    roots = {d['data_root'] for d in _test_datasets(cfg) if d.get('data_root')}
+    if len(roots) != 1:
+        raise ValueError(
+            f'the canvas test needs one `data_root` in test_dataloader.dataset'
+            f', got {sorted(roots)}')
+    return roots.pop()
+
+
+def canvas_data(cfg: Config, factor: float) -> str:
+    """Write (or find) the canvas test set of ``cfg``'s embedded test set.
+
+    The generator's parameters come from the test set's meta file; the
+    canvas set has its validation split only, drawn with the same seed and
+    ``canvas=factor``, in ``<data_root>_canvas<factor>/``.
+
+    Returns:
+        str: The canvas set's data root (with a trailing ``/``).
+
+    Raises:
+        ValueError: When the test set was not made by mmpe's generator (or
+            by another version of it, or is itself a canvas set).
+        FileExistsError: When the canvas folder holds other data.
+    """
+    from mmpe.datasets import SyntheticImageParams, generate_synthetic_coco
+    from mmpe.datasets.synthetic_coco import GENERATOR_VERSION, META_FILE
+
+    root = test_data_root(cfg)
+    meta_file = osp.join(root, 'annotations', META_FILE)
+    if not osp.isfile(meta_file):
+        raise ValueError(
+            f'--canvas redraws the test set with mmpe\'s embedded data '
+            f'generator, but {meta_file} (its record of the parameters) '
+            'does not exist; make the data with '
+            'tools/dataset_converters/make_synthetic_coco.py')
+    with open(meta_file) as f:
+        params = json.load(f)['params']
+    if params.get('generator_version') != GENERATOR_VERSION:
+        raise ValueError(
+            f'{meta_file}: generator version '
+            f"{params.get('generator_version')!r}, this code draws version "
+            f'{GENERATOR_VERSION}; remake the data set first')
+    if params.get('canvas', 1) != 1:
+        raise ValueError(f'{meta_file}: the test set is already a canvas set '
+                         f"(canvas={params['canvas']})")
+    fields = SyntheticImageParams.__dataclass_fields__
+    image = {k: tuple(v) if isinstance(v, list) else v
+             for k, v in params.items() if k in fields}
+    out = f"{root.rstrip('/')}_canvas{factor:g}"
+    generate_synthetic_coco(
+        out,
+        num_train=0,
+        num_val=params['num_val'],
+        seed=params['seed'],
+        img_format=params['img_format'],
+        **dict(image, canvas=factor))
+    return out + '/'
+
+
+def canvas_config(cfg: Config, factor: float, checkpoint: str,
+                  work_dir: str, canvas_root: str) -> tuple:
+    """:func:`scale_config` at ``factor`` on the canvas set.
+
+    The resize sizes grow by ``factor`` as the images do, so each canvas
+    image is resized by the factor of an image of its base size: objects
+    keep the scale of the ``x1`` test. The test datasets' ``data_root``
+    and the evaluator's annotation file move to ``canvas_root``.
+
+    Returns:
+        tuple[Config, list[str]]: The config and what changed.
+    """
+    run_cfg, changed = scale_config(cfg, factor, checkpoint, work_dir,
+                                    tag='canvas')
+    root = test_data_root(run_cfg)
+    for dataset in _test_datasets(run_cfg):
+        if dataset.get('data_root') == root:
+            dataset['data_root'] = canvas_root
+    evaluators = run_cfg.get('test_evaluator')
+    for evaluator in (evaluators if isinstance(evaluators, list) else
+                      [evaluators]):
+        ann_file = (evaluator or {}).get('ann_file')
+        if isinstance(ann_file, str) and ann_file.startswith(root):
+            evaluator['ann_file'] = canvas_root + ann_file[len(root):]
+    return run_cfg, changed + [f'data_root: {root} -> {canvas_root}']
 
 
 def evaluate(run_cfg: Config) -> tuple:
@@ -301,7 +439,10 @@ def format_table(results: List[dict]) -> str:
     rows = []
     for r in results:
         shape = r['images'].get('max_img_shape')
-        rows.append([f"x{r['scale']:g}"] + [
+        label = f"x{r['scale']:g}"
+        if r.get('test') == 'canvas':
+            label += ' canvas'
+        rows.append([label] + [
             f"{r['metrics'].get(n, float('nan')):.3f}" for n in names
         ] + [f'{shape[0]}x{shape[1]}' if shape else '-'])
     widths = [max(len(h), *(len(row[i]) for row in rows))
@@ -332,7 +473,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         dataset_pipelines(cfg)
         check_data_paths(cfg, ('test', ))
-    except (ValueError, DataNotFoundError) as err:
+        canvas_roots = [canvas_data(cfg, c) for c in args.canvas]
+    except (ValueError, DataNotFoundError, FileExistsError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 2
     work_dir = args.work_dir or osp.join(
@@ -342,13 +484,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(work_dir, exist_ok=True)
 
     results = []
-    for factor in args.scales:
-        run_cfg, changed = scale_config(cfg, factor, args.checkpoint,
-                                        work_dir)
-        print(f'[eval_resolutions] scale x{factor:g}: ' + '; '.join(changed))
+    tests = [('resize', f, None) for f in args.scales] + [
+        ('canvas', c, root) for c, root in zip(args.canvas, canvas_roots)
+    ]
+    for test, factor, canvas_root in tests:
+        if test == 'resize':
+            run_cfg, changed = scale_config(cfg, factor, args.checkpoint,
+                                            work_dir)
+        else:
+            run_cfg, changed = canvas_config(cfg, factor, args.checkpoint,
+                                             work_dir, canvas_root)
+        print(f'[eval_resolutions] {test} x{factor:g}: ' + '; '.join(changed))
         metrics, images = evaluate(run_cfg)
         results.append(
             dict(
+                test=test,
                 scale=factor,
                 resize=changed,
                 images=images,

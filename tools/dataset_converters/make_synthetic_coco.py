@@ -3,6 +3,9 @@ r"""Generate mmpe's embedded COCO-format data set (boxes + instance masks).
     python tools/dataset_converters/make_synthetic_coco.py
     python tools/dataset_converters/make_synthetic_coco.py \
         --num-train 200 --out-dir /tmp/synthetic_coco
+    # a test set on a canvas twice as large per side, same object sizes
+    python tools/dataset_converters/make_synthetic_coco.py --num-train 0 \
+        --canvas 2 --out-dir data/synthetic_coco_canvas2
 
 Re-running with the same arguments is a no-op; existing data made with
 other arguments (or not by this tool) is never replaced unless
@@ -78,6 +81,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="'class': each class in its own hue; 'random': any hue, so "
         'only the shape tells the classes apart (default: %(default)s)')
     parser.add_argument(
+        '--canvas',
+        type=float,
+        default=1.0,
+        help='image sides times this factor (>= 1) at the same object '
+        'sizes in pixels and objects per area: more objects, longer '
+        'sequences (default: %(default)s)')
+    parser.add_argument(
         '--img-format',
         choices=('jpg', 'png'),
         default='jpg',
@@ -101,6 +111,7 @@ def main(argv=None) -> int:
             max_size=args.max_size,
             max_objects=args.max_objects,
             object_hue=args.object_hue,
+            canvas=args.canvas,
             img_format=args.img_format,
             overwrite=args.overwrite)
     except (FileExistsError, ValueError) as e:

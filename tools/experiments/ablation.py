@@ -29,10 +29,18 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
   RoPE-Mixed and RoPE-Mixed without sine in the encoder (the decoder's
   cross-attention keys keep the sine encoding in every row). Conditional
   DETR's step costs about twice DETR's, so it trains for half the epochs:
-  each run gets about the same wall time.
+  each run gets about the same wall time;
+- ``rope_coords_detr`` / ``rope_coords_cond``: which RoPE coordinates keep
+  the rotary lead at larger test sizes: DETR and Conditional DETR with
+  sine, sine + RoPE-Mixed on integer token indices, on DINOv3's normalised
+  coordinates, on normalised coordinates with DINOv3's training
+  augmentations (rescale 2, jitter 1.2), sine + contextual iRPE piecewise
+  and clip; every run tested at 1x, 1.5x and 2x resized and on the 2x
+  canvas (the embedded test set drawn twice as large per side at the same
+  object sizes: longer sequences without larger objects), AP and AP50.
 
 Every run is ``tools/train.py`` (and ``tools/analysis/eval_resolutions.py``
-for ``cpvt_res``) in a subprocess; the final validation metrics are read from
+for the studies of :data:`RES_TESTS`) in a subprocess; the final validation metrics are read from
 the run's ``scalars.json``. The table (mean +- sample std over seeds, wall
 time) goes to stdout, to ``--out`` (JSON) and, with ``--markdown``, to a
 Markdown file::
@@ -72,6 +80,11 @@ COND_IRPE = 'configs/quickstart/conditional-detr_irpe_r18_synthetic.py'
 COND_ROPE_MIXED = \
     'configs/quickstart/conditional-detr_rope-mixed_r18_synthetic.py'
 NO_SINE = 'model.encoder_pe.absolute=none'
+ROPE = 'model.encoder_pe.relative'
+NORMALIZED = [f'{ROPE}.coords=normalized']
+#: DINOv3's released setting (rescale 2) and a mild per-axis jitter
+AUGMENTED = NORMALIZED + [f'{ROPE}.rescale=2.0', f'{ROPE}.jitter=1.2']
+CLIP = ['index=clip', 'max_distance=3']  # the iRPE paper's Tab. 6 #5
 CPVT_SEG = 'configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py'
 PCPVT_SEG = 'configs/quickstart/fpn_pcpvt-tiny_synthetic-seg.py'
 SEG_STUDIES = ('cpvt_seg', 'cpvt_seg_shape')
@@ -141,7 +154,34 @@ STUDIES: Dict[str, List[tuple]] = {
         ('Cond. DETR RoPE-Mixed, no sine', COND_ROPE_MIXED, [NO_SINE]),
     ],
 }
+# the rows of the RoPE-coordinate studies: (name, DETR config and options,
+# Conditional DETR config and options); Conditional DETR's 'sine' row is
+# its RoPE config without the relative part, and its iRPE is in encoder_pe
+ROPE_COORD_ROWS = [
+    ('sine', DETR, [], COND_ROPE_MIXED, [f'{ROPE}=None']),
+    ('sine + RoPE-Mixed index', DETR_ROPE_MIXED, [], COND_ROPE_MIXED, []),
+    ('sine + RoPE-Mixed normalized', DETR_ROPE_MIXED, NORMALIZED,
+     COND_ROPE_MIXED, NORMALIZED),
+    ('sine + RoPE-Mixed normalized, rescale 2, jitter 1.2', DETR_ROPE_MIXED,
+     AUGMENTED, COND_ROPE_MIXED, AUGMENTED),
+    ('sine + iRPE piecewise', DETR_IRPE, [], COND_IRPE, []),
+    ('sine + iRPE clip', DETR_IRPE, [f'{RPE}.{o}' for o in CLIP], COND_IRPE,
+     [f'{ROPE}.{o}' for o in CLIP]),
+]
+STUDIES['rope_coords_detr'] = [(f'DETR {name}', config, opts)
+                               for name, config, opts, _, _ in ROPE_COORD_ROWS]
+STUDIES['rope_coords_cond'] = [(f'Cond. DETR {name}', config, opts)
+                               for name, _, _, config, opts in ROPE_COORD_ROWS]
 SCALES = (1.0, 1.5, 2.0)
+#: studies tested at other sizes after training (tools/analysis/
+#: eval_resolutions.py): study -> its tests, (kind, factor) with kind
+#: 'resize' (the test pipeline's sizes times the factor) or 'canvas' (the
+#: embedded test set drawn on a canvas that much larger, same objects)
+RES_TESTS = {
+    'cpvt_res': [('resize', s) for s in SCALES],
+    **dict.fromkeys(('rope_coords_detr', 'rope_coords_cond'),
+                    [('resize', s) for s in SCALES] + [('canvas', 2.0)]),
+}
 #: epochs per run of each study, as reported in docs/results.md (what 2 CPU
 #: cores allow for 3 seeds of every row in a few hours, not a full schedule)
 DEFAULT_EPOCHS = {
@@ -152,6 +192,8 @@ DEFAULT_EPOCHS = {
     'encoder_pe_cond': 4,  # ~ the wall time of DETR's 8 (step 0.72 / 0.41 s)
     'cpvt_seg': 150,  # iterations (of 8 crops): what 2 busy cores allowed
     'cpvt_seg_shape': 1500,  # iterations: the demo's schedule
+    'rope_coords_detr': 8,  # the encoder_pe studies' schedules
+    'rope_coords_cond': 4,
 }
 
 
@@ -187,9 +229,33 @@ def _last_val_metrics(work_dir: str) -> Dict[str, float]:
     return {k: v for k, v in metrics.items() if k.startswith('coco/')}
 
 
+def _res_arguments(study: str) -> List[str]:
+    """eval_resolutions.py's ``--scales`` / ``--canvas`` for a study."""
+    out = []
+    for kind, flag in (('resize', '--scales'), ('canvas', '--canvas')):
+        factors = [str(f) for k, f in RES_TESTS[study] if k == kind]
+        out += [flag, *factors] if factors else []
+    return out
+
+
+def _res_label(kind: str, factor: float) -> str:
+    return f'x{factor:g}' + (' canvas' if kind == 'canvas' else '')
+
+
+def _res_metric(result: dict, kind: str, factor: float,
+                key: str) -> float:
+    """A metric of one resolution test of a run (NaN when absent); runs
+    recorded before the canvas test have no ``test`` key: resize."""
+    for test in result.get('scales', []):
+        if (test.get('test', 'resize'), test['scale']) == (kind, factor):
+            return test['metrics'].get(key, float('nan'))
+    return float('nan')
+
+
 def run_one(study: str, name: str, config: str, options: List[str],
             seed: int, args) -> dict:
-    """Train one row with one seed (and evaluate at scales for cpvt_res)."""
+    """Train one row with one seed (and test it at other sizes for the
+    studies of :data:`RES_TESTS`)."""
     slug = name.replace(' ', '_').replace('#', '').replace('+', 'p')
     work_dir = osp.join(args.work_dir, study, f'{slug}_seed{seed}')
     os.makedirs(work_dir, exist_ok=True)
@@ -216,11 +282,11 @@ def run_one(study: str, name: str, config: str, options: List[str],
         ['tools/train.py', config, '--work-dir', work_dir, *resume,
          '--cfg-options', *opts], osp.join(work_dir, 'train.log'), threads)
     result['metrics'] = _last_val_metrics(work_dir)
-    if study == 'cpvt_res':
+    if study in RES_TESTS:
         ckpt = osp.join(work_dir, f'epoch_{args.epochs}.pth')
         _run([
-            'tools/analysis/eval_resolutions.py', config, ckpt, '--scales',
-            *[str(s) for s in SCALES], '--work-dir',
+            'tools/analysis/eval_resolutions.py', config, ckpt,
+            *_res_arguments(study), '--work-dir',
             osp.join(work_dir, 'res'), '--cfg-options', *opts
         ], osp.join(work_dir, 'eval_resolutions.log'), threads)
         with open(osp.join(work_dir, 'res', 'eval_resolutions.json')) as f:
@@ -290,7 +356,9 @@ def _command(study: str, config: str, options: Sequence[str], seed: int,
     """What makes two runs the same run, whatever row they report (a
     study with its own data set never shares runs with another)."""
     data = STUDY_DATA[study][1] if study in STUDY_DATA else None
-    return (config, tuple(options), seed, epochs, str(data))
+    # a run tested at other sizes is not the same as one that is not
+    return (config, tuple(options), seed, epochs, str(data),
+            str(RES_TESTS.get(study)))
 
 
 def _trained(results: List[dict]) -> Dict[tuple, dict]:
@@ -318,8 +386,9 @@ def _row_label(name: str, group: List[dict]) -> str:
 
 
 def summarise(results: List[dict]) -> str:
-    """Markdown tables, one per study (cpvt_res: one per task, bbox and
-    segm, AP and AP50 at each test scale): mean ± sample std over seeds."""
+    """Markdown tables, one per study (the studies of :data:`RES_TESTS`: AP
+    and AP50 at each test, cpvt_res one table per task, bbox and segm):
+    mean ± sample std over seeds."""
     lines: List[str] = []
     for study in STUDIES:
         rows = [r for r in results if r['study'] == study]
@@ -349,7 +418,7 @@ def summarise(results: List[dict]) -> str:
                     [_row_label(name, group), *cells, secs]) + ' |')
             lines.append('')
             continue
-        if study != 'cpvt_res':
+        if study not in RES_TESTS:
             lines += [title, '', '| row | AP | AP50 | train s/run |',
                       '|---|---|---|---|']
             for name, group in groups:
@@ -362,18 +431,24 @@ def summarise(results: List[dict]) -> str:
                     [_row_label(name, group), *cells, secs]) + ' |')
             lines.append('')
             continue
-        for kind in ('bbox', 'segm'):
-            head = ['row'] + [f'{kind} AP{m} x{s:g}' for m in ('', '50')
-                              for s in SCALES] + ['train s/run']
-            lines += [f'{title}: {kind}', '', '| ' + ' | '.join(head) + ' |',
+        # AP then AP50 at every test; cpvt_res: bbox and segm tables
+        kinds = ('bbox', 'segm') if study == 'cpvt_res' else ('bbox', )
+        tests = RES_TESTS[study]
+        for kind in kinds:
+            head = ['row'] + [
+                f'{kind} AP{m} {_res_label(*t)}' for m in ('', '50')
+                for t in tests
+            ] + ['train s/run']
+            name_suffix = f': {kind}' if len(kinds) > 1 else ''
+            lines += [f'{title}{name_suffix}', '',
+                      '| ' + ' | '.join(head) + ' |',
                       '|' + '---|' * len(head)]
             for name, group in groups:
                 cells = [
                     _mean_std([
-                        r['scales'][i]['metrics'].get(
-                            f'coco/{kind}_mAP{m}', float('nan'))
+                        _res_metric(r, *t, f'coco/{kind}_mAP{m}')
                         for r in group
-                    ]) for m in ('', '_50') for i, _ in enumerate(SCALES)
+                    ]) for m in ('', '_50') for t in tests
                 ]
                 secs = _mean_std([r['train_seconds'] for r in group], '.0f')
                 lines.append('| ' + ' | '.join(
@@ -467,6 +542,37 @@ def make_study_data(study: str, args) -> None:
           f'({" ".join(gen_args)})', flush=True)
 
 
+def make_canvas_data(studies: Sequence[str], args) -> None:
+    """Write (or find) the canvas test sets the studies' tests need, once
+    before the runs (parallel evaluations must not write them at the same
+    time): ``tools/analysis/eval_resolutions.py``'s own
+    :func:`canvas_data`, on the embedded set the runs test on.
+    """
+    factors = sorted({f for study in studies for kind, f in
+                      RES_TESTS.get(study, []) if kind == 'canvas'})
+    if not factors:
+        return
+    import importlib.util
+
+    from mmengine.config import Config
+    spec = importlib.util.spec_from_file_location(
+        '_eval_resolutions',
+        osp.join(ROOT, 'tools', 'analysis', 'eval_resolutions.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    cfg = Config.fromfile(osp.join(ROOT, DETR))
+    # relative roots are the runs' (their working directory is ROOT)
+    root = args.data_root or tool.test_data_root(cfg)
+    cfg.test_dataloader.dataset.data_root = osp.join(ROOT, root)
+    for factor in factors:
+        try:
+            out = tool.canvas_data(cfg, factor)
+        except (ValueError, FileExistsError) as err:
+            raise SystemExit(f'the canvas test x{factor:g} needs its data: '
+                             f'{err}')
+        print(f'[ablation] canvas x{factor:g}: test set in {out}', flush=True)
+
+
 def _start(study, name, config, options, seed, args) -> dict:
     print(f'[ablation] start {study} | {name} | seed {seed} | '
           f'{args.epochs} epochs', flush=True)
@@ -486,6 +592,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs, copies = _plan(args, results)
     for study in sorted({run[0] for run in runs} & set(STUDY_DATA)):
         make_study_data(study, args)
+    make_canvas_data(sorted({run[0] for run in runs}), args)
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     print(f'[ablation] {len(runs)} runs to train, {args.jobs} at a time, '
           f'{threads} thread(s) each; {len(results)} already in {out}',

@@ -27,7 +27,16 @@ self-attention, and says what the decoder's cross-attention keys get::
     (default 100);
   - ``'rope-mixed'`` (Heo et al., ECCV 2024, Sec. 3.3; learnable per-head
     frequencies, one set per encoder layer): ``theta`` (default 10),
-    ``rotate`` (default True).
+    ``rotate`` (default True);
+  - both rotary types also take the token coordinates
+    (:mod:`mmpe.models.layers.rope_coords`): ``coords`` (``'index'``,
+    integer token positions, the default; or ``'normalized'``, DINOv3's
+    patch centres in ``[-1, 1]`` of each image's valid extent),
+    ``normalize`` (``'separate'``, ``'max'`` or ``'min'``), and the
+    training-only augmentations ``shift`` (>= 0, default 0), ``jitter``
+    and ``rescale`` (>= 1, default 1), e.g.
+    ``dict(type='rope-mixed', coords='normalized', normalize='separate',
+    shift=0., jitter=1., rescale=2.)``.
 - ``decoder_pos``: what the decoder's cross-attention keys (``memory_pos``)
   get: ``'sine'`` (mmdet's default whatever the encoder uses; Conditional
   DETR and DAB-DETR match these keys against sine encodings of their
@@ -36,12 +45,19 @@ self-attention, and says what the decoder's cross-attention keys get::
 """
 from typing import Dict, Optional, Tuple, Union
 
+from ..layers.rope_coords import COORD_DEFAULTS, check_coord_args
+
 ABSOLUTE_CHOICES = ('sine', 'learnable', 'none')
 RELATIVE_CHOICES = ('irpe', 'rope2d', 'rope-mixed')
 DECODER_POS_CHOICES = ('sine', 'encoder', 'none')
 ENCODER_PE_KEYS = ('absolute', 'relative', 'decoder_pos', 'learnable_grid')
+#: token-coordinate arguments of both rotary types (``rope_coords.py``)
+COORD_ARGS = tuple(COORD_DEFAULTS)
 #: arguments of each rotary type (besides ``type``)
-ROPE_ARGS = {'rope2d': ('theta', ), 'rope-mixed': ('theta', 'rotate')}
+ROPE_ARGS = {
+    'rope2d': ('theta', ) + COORD_ARGS,
+    'rope-mixed': ('theta', 'rotate') + COORD_ARGS
+}
 
 
 def _choice(field: str, value, choices) -> None:
@@ -70,7 +86,17 @@ def parse_relative(relative: Union[None, str, Dict]) -> Optional[Dict]:
             raise ValueError(
                 f"Unsupported `encoder_pe.relative` arguments {unknown} for "
                 f"type {relative['type']!r}, please choose from {allowed}")
+        check_coord_args(
+            **rope_coords_cfg(relative), prefix='encoder_pe.relative.')
     return relative
+
+
+def rope_coords_cfg(relative: Optional[Dict]) -> Optional[Dict]:
+    """The token-coordinate arguments of a parsed rotary relative part
+    (defaults filled in), or None when the relative part is not rotary."""
+    if relative is None or relative['type'] not in ROPE_ARGS:
+        return None
+    return {k: relative.get(k, v) for k, v in COORD_DEFAULTS.items()}
 
 
 def attention_pe_cfg(relative: Optional[Dict], embed_dims: int,
@@ -93,7 +119,10 @@ def attention_pe_cfg(relative: Optional[Dict], embed_dims: int,
             'rotary embeddings need a head dim that is a multiple of 4; '
             'please change num_heads or choose `type` from '
             f"{tuple(c for c in RELATIVE_CHOICES if c not in ROPE_ARGS)}")
-    return dict(cfg, rope_cfg=dict(relative))
+    # the coordinates are made once per batch by the detector
+    # (RoPECoords), the layers get the positions
+    rope_cfg = {k: v for k, v in relative.items() if k not in COORD_ARGS}
+    return dict(cfg, rope_cfg=rope_cfg)
 
 
 def parse_encoder_pe(encoder_pe: Optional[Dict],

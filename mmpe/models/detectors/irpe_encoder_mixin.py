@@ -17,8 +17,9 @@ from mmdet.models.detectors import DABDETR, DETR, ConditionalDETR
 from mmdet.models.layers import LearnedPositionalEncoding
 from mmdet.structures import OptSampleList
 from ..layers.irpe import iRPE
+from ..layers.rope_coords import RoPECoords
 from ..layers.rope_mixed import RoPEMixed
-from .encoder_pe import attention_pe_cfg, parse_encoder_pe
+from .encoder_pe import attention_pe_cfg, parse_encoder_pe, rope_coords_cfg
 from .irpe_encoders import (encoder_without_irpe,
                             iRPEDABDetrTransformerEncoder,
                             iRPEDetrTransformerEncoder)
@@ -81,6 +82,8 @@ class iRPEEncoderMixin:
          self.learnable_grid) = parse_encoder_pe(
              encoder_pe, sine_removed=positional_encoding is None)
         self.use_abs_pe = self.abs_pe != 'none'
+        # built in _init_layers (nn.Module is not set up yet)
+        self._rope_coords_cfg = rope_coords_cfg(relative)
         self.encoder = kwargs['encoder']
         self._irpe_encoder_class(relative)  # refuses other encoders early
         attn_cfg = kwargs['encoder']['layer_cfg']['self_attn_cfg']
@@ -131,6 +134,12 @@ class iRPEEncoderMixin:
         # mmdet's forward of the encoder it built is the one that runs
         assert isinstance(encoder, type(self.encoder))
         self.encoder = encoder
+        # the RoPE token positions of a batch, made once for all layers
+        # (None: integer indices, the rotary modules' own cached tables)
+        self.rope_coords = None
+        if self._rope_coords_cfg is not None:
+            self.rope_coords = RoPECoords(
+                **self._rope_coords_cfg, prefix='encoder_pe.relative.')
         num_feats = self.positional_encoding.num_feats
         if num_feats * 2 != self.embed_dims:
             raise ValueError(
@@ -173,8 +182,8 @@ class iRPEEncoderMixin:
 
         Returns:
             tuple[dict, dict]: encoder inputs (``feat``, ``feat_mask``,
-            ``feat_pos``, ``spatial_shape``) and decoder inputs
-            (``memory_mask``, ``memory_pos``).
+            ``feat_pos``, ``spatial_shape``, ``rope_pos``) and decoder
+            inputs (``memory_mask``, ``memory_pos``).
         """
         encoder_inputs_dict, decoder_inputs_dict = super().pre_transformer(
             img_feats, batch_data_samples)
@@ -189,10 +198,12 @@ class iRPEEncoderMixin:
         :class:`mmpe.deployment.DETRExportWrapper`, which builds mmdet's part
         with tensor ops for export).
 
-        Adds the grid ``spatial_shape=(h, w)`` of the last feature map,
-        replaces ``feat_pos`` by the chosen absolute encoding (mmdet's sine,
-        learnable, or zeros for ``'none'``) and sets ``memory_pos`` as
-        ``decoder_pos`` says.
+        Adds the grid ``spatial_shape=(h, w)`` of the last feature map and
+        the RoPE positions ``rope_pos`` (:class:`RoPECoords` of the grid and
+        ``feat_mask``: normalised coordinates use each image's valid extent;
+        None for integer indices), replaces ``feat_pos`` by the chosen
+        absolute encoding (mmdet's sine, learnable, or zeros for
+        ``'none'``) and sets ``memory_pos`` as ``decoder_pos`` says.
 
         Args:
             img_feats (tuple[Tensor]): Neck outputs; the last is
@@ -210,6 +221,14 @@ class iRPEEncoderMixin:
         height, width = img_feats[-1].shape[-2:]
         encoder_inputs_dict['spatial_shape'] = (height, width)
         sine = encoder_inputs_dict['feat_pos']
+        rope_pos = None
+        if self.rope_coords is not None:
+            dtype = torch.float64 if sine.dtype == torch.float64 else \
+                torch.float32
+            rope_pos = self.rope_coords((height, width),
+                                        encoder_inputs_dict.get('feat_mask'),
+                                        sine.device, dtype)
+        encoder_inputs_dict['rope_pos'] = rope_pos
         if self.abs_pe == 'none':
             encoder_inputs_dict['feat_pos'] = torch.zeros_like(sine)
         elif self.abs_pe == 'learnable':
@@ -221,16 +240,22 @@ class iRPEEncoderMixin:
         decoder_inputs_dict['memory_pos'] = memory_pos
         return encoder_inputs_dict, decoder_inputs_dict
 
-    def forward_encoder(self, feat: Tensor, feat_mask: Tensor,
-                        feat_pos: Tensor, spatial_shape: Tuple[int,
-                                                               int]) -> Dict:
-        """Encoder forward; every self-attention gets ``spatial_shape``.
+    def forward_encoder(self,
+                        feat: Tensor,
+                        feat_mask: Tensor,
+                        feat_pos: Tensor,
+                        spatial_shape: Tuple[int, int],
+                        rope_pos: Optional[Tensor] = None) -> Dict:
+        """Encoder forward; every self-attention gets ``spatial_shape`` and
+        ``rope_pos``.
 
         Args:
             feat (Tensor): (bs, h * w, dim) flattened features.
             feat_mask (Tensor): (bs, h * w) padding mask, or None.
             feat_pos (Tensor): (bs, h * w, dim) absolute encoding.
             spatial_shape (tuple[int, int]): Feature grid (h, w).
+            rope_pos (Tensor, optional): (bs, h * w, 2) or (h * w, 2) RoPE
+                token positions ``(y, x)``; None: integer indices.
 
         Returns:
             dict: ``memory`` of shape (bs, h * w, dim).
@@ -239,5 +264,6 @@ class iRPEEncoderMixin:
             query=feat,
             query_pos=feat_pos,
             key_padding_mask=feat_mask,
-            spatial_shape=spatial_shape)
+            spatial_shape=spatial_shape,
+            rope_pos=rope_pos)
         return dict(memory=memory)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from mmdet.registry import MODELS
 from .pe_attention import PEAttention
 from .rope2d import RoPE2D
+from .rope_coords import COORD_DEFAULTS
 from .rope_mixed import RoPEMixed
 
 #: ``rope_cfg['type']`` -> the module that gives ``(cos, sin)`` for a grid
@@ -55,8 +56,10 @@ class iRPEMultiheadAttention(PEAttention):
         rope_cfg (dict, optional): Rotary embedding of the grid tokens:
             ``dict(type='rope2d', theta=100.)`` (:class:`RoPE2D`) or
             ``dict(type='rope-mixed', theta=10., rotate=True)``
-            (:class:`RoPEMixed`, learnable frequencies of this layer).
-            iRPE, where also on, reads the unrotated q and k. None: no RoPE.
+            (:class:`RoPEMixed`, learnable frequencies of this layer); the
+            token positions come with each call (``rope_pos``, integer
+            indices by default). iRPE, where also on, reads the unrotated q
+            and k. None: no RoPE.
             Defaults to None.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
@@ -104,6 +107,14 @@ class iRPEMultiheadAttention(PEAttention):
         if kind not in ROPE_TYPES:
             raise ValueError(f'Unsupported `rope_cfg.type` {kind!r}, please '
                              f'choose from {tuple(ROPE_TYPES)}')
+        coord_keys = sorted(set(cfg) & set(COORD_DEFAULTS))
+        if coord_keys:
+            raise ValueError(
+                f'Unsupported `rope_cfg` keys {coord_keys} in an attention '
+                'layer: token coordinates are made once per batch for all '
+                'layers and passed as `rope_pos`; please set them in the '
+                "detector's `encoder_pe.relative` (or build "
+                '`RoPECoords` where the grid and padding mask are known)')
         if kind == 'rope-mixed':
             cfg['num_heads'] = self.num_heads
         return ROPE_TYPES[kind](self.head_dims, **cfg)
@@ -118,6 +129,7 @@ class iRPEMultiheadAttention(PEAttention):
                 attn_mask: Optional[Tensor] = None,
                 key_padding_mask: Optional[Tensor] = None,
                 spatial_shape: Optional[Sequence[int]] = None,
+                rope_pos: Optional[Tensor] = None,
                 **kwargs) -> Tensor:
         """Attention with iRPE terms, residual and dropout as in mmcv.
 
@@ -137,6 +149,10 @@ class iRPEMultiheadAttention(PEAttention):
             spatial_shape (tuple[int, int], optional): Token grid
                 ``(height, width)``; ``n == skip + height * width`` (skip
                 tokens first). Required when RPE or RoPE is on.
+            rope_pos (Tensor, optional): ``(bs, height * width, 2)`` or
+                ``(height * width, 2)`` token positions ``(y, x)`` for RoPE
+                (:class:`~mmpe.models.layers.rope_coords.RoPECoords`, one
+                per batch for every layer). None: integer token positions.
 
         Returns:
             Tensor: Same shape as query.
@@ -159,7 +175,7 @@ class iRPEMultiheadAttention(PEAttention):
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
 
         out = self.attention(query, key, value, attn_mask, key_padding_mask,
-                             spatial_shape)
+                             spatial_shape, rope_pos)
         if not self.batch_first:
             out = out.transpose(0, 1)
         return identity + self.dropout_layer(self.proj_drop(out))
@@ -167,7 +183,8 @@ class iRPEMultiheadAttention(PEAttention):
     def attention(self, query: Tensor, key: Tensor, value: Tensor,
                   attn_mask: Optional[Tensor],
                   key_padding_mask: Optional[Tensor],
-                  spatial_shape: Optional[Sequence[int]]) -> Tensor:
+                  spatial_shape: Optional[Sequence[int]],
+                  rope_pos: Optional[Tensor] = None) -> Tensor:
         """Projections around :meth:`PEAttention.attend`, batch-first.
 
         Args:
@@ -176,6 +193,8 @@ class iRPEMultiheadAttention(PEAttention):
             attn_mask (Tensor, optional): (n_q, n_k) mask.
             key_padding_mask (Tensor, optional): (bs, n_k), True at padding.
             spatial_shape (tuple[int, int], optional): Token grid (h, w).
+            rope_pos (Tensor, optional): RoPE positions (see
+                :meth:`forward`); None: integer token positions.
 
         Returns:
             Tensor: (bs, n_q, dims), after the output projection.
@@ -191,7 +210,7 @@ class iRPEMultiheadAttention(PEAttention):
                 raise ValueError(
                     f'{type(self).__name__} needs `spatial_shape=(height, '
                     'width)` of the token grid when RoPE is on; got None')
-            rope = self.rope(spatial_shape, q.device, q.dtype)
+            rope = self.rope(spatial_shape, q.device, q.dtype, pos=rope_pos)
         out = self.attend(q, k, v, spatial_shape, key_padding_mask, attn_mask,
                           rope)
         return self.attn.out_proj(self.merge_heads(out))

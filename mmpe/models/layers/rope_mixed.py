@@ -22,6 +22,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .arg_checks import check_grid
+from .rope_coords import index_coords
 
 
 def init_mixed_freqs(head_dim: int,
@@ -60,10 +61,13 @@ class RoPEMixed(nn.Module):
     :func:`~mmpe.models.layers.rope2d.apply_rope2d` (head channels in four
     quarters ``[a, b, c, d]``, pairs ``(a_j, b_j)`` and ``(c_j, d_j)``):
     pair ``j < D / 4`` is ``(a_j, b_j)`` with frequency ``j``, pair
-    ``D / 4 + j`` is ``(c_j, d_j)``. Coordinates are integer token indices,
-    ``x`` the column and ``y`` the row (timm's ``grid_indexing='xy'`` of
-    its ``vit_*_rope_mixed_*`` models), starting at 0 on every grid: there
-    is no reference grid, so inputs of any size need no resampling.
+    ``D / 4 + j`` is ``(c_j, d_j)``. By default coordinates are integer
+    token indices, ``x`` the column and ``y`` the row (timm's
+    ``grid_indexing='xy'`` of its ``vit_*_rope_mixed_*`` models), starting
+    at 0 on every grid: there is no reference grid, so inputs of any size
+    need no resampling. ``forward(..., pos=...)`` takes other positions
+    (:mod:`.rope_coords`: e.g. DINOv3's normalised patch centres, as
+    ``2 pi p``, per image).
 
     The tables depend on the learnable :attr:`freqs`, so they are computed
     at every call (small: ``(num_heads, h * w, D)``), never cached.
@@ -112,20 +116,35 @@ class RoPEMixed(nn.Module):
     def forward(self,
                 hw_shape: Tuple[int, int],
                 device: Optional[torch.device] = None,
-                dtype: torch.dtype = torch.float32) -> Tuple[Tensor, Tensor]:
-        """Return ``(cos, sin)``, each ``(num_heads, h * w, head_dim)``."""
+                dtype: torch.dtype = torch.float32,
+                pos: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """Return ``(cos, sin)`` of the ``(h, w)`` grid.
+
+        Args:
+            hw_shape (tuple[int, int]): Grid ``(h, w)``.
+            device (torch.device, optional): Output device (defaults to the
+                frequencies').
+            dtype (torch.dtype): Output dtype (angles in at least float32).
+            pos (Tensor, optional): ``(h * w, 2)`` or ``(B, h * w, 2)``
+                positions ``(y, x)`` (:class:`~.rope_coords.RoPECoords`).
+                None: the integer token positions.
+
+        Returns:
+            tuple[Tensor, Tensor]: Each ``(num_heads, h * w, head_dim)``, or
+            ``(B, num_heads, h * w, head_dim)`` for per-image positions.
+        """
         h, w = check_grid(*hw_shape)
         device = self.freqs.device if device is None else device
         # float32 at least: half-precision angles of large positions are wrong
         fdtype = torch.float64 if dtype == torch.float64 else torch.float32
         freqs = self.freqs.to(device=device, dtype=fdtype)
-        ys, xs = torch.meshgrid(
-            torch.arange(h, device=device, dtype=fdtype),
-            torch.arange(w, device=device, dtype=fdtype),
-            indexing='ij')
-        # (1, h*w, 1) * (H, 1, D/2) -> (H, h*w, D/2), row-major tokens
-        angles = (xs.reshape(1, -1, 1) * freqs[0][:, None] +
-                  ys.reshape(1, -1, 1) * freqs[1][:, None])
+        if pos is None:
+            pos = index_coords((h, w), device, fdtype)
+        pos = pos.to(device=device, dtype=fdtype)
+        # (..., 1, L, 1) * (H, 1, D/2) -> (..., H, L, D/2), row-major tokens
+        xs = pos[..., None, :, 1:2]
+        ys = pos[..., None, :, 0:1]
+        angles = xs * freqs[0][:, None] + ys * freqs[1][:, None]
         first, second = angles.chunk(2, dim=-1)
         # pair j in quarters (a, b), pair D/4 + j in (c, d)
         angles = torch.cat([first, first, second, second], dim=-1)

@@ -142,16 +142,17 @@ def _pair_freqs(rope, head_dim, num_heads):
     return fx, fy
 
 
-def _rotate_loop(x, fx, fy, width):
+def _rotate_loop(x, fx, fy, width, pos=None):
     """x (L, D) of one head, tokens row-major on a grid of ``width``
-    columns; pair t joins channels (t, t + D/4) for t < D/4 and
-    (t + D/4, t + D/2) after (two halves, "rotate-half" within each);
-    (u, v) -> (u cos - v sin, v cos + u sin) (RoFormer Eq. 34)."""
+    columns (or at ``pos[n] = (y, x)`` when given); pair t joins channels
+    (t, t + D/4) for t < D/4 and (t + D/4, t + D/2) after (two halves,
+    "rotate-half" within each); (u, v) -> (u cos - v sin, v cos + u sin)
+    (RoFormer Eq. 34)."""
     length, dim = x.shape
     quarter = dim // 4
     out = x.clone()
     for n in range(length):
-        row, col = divmod(n, width)
+        row, col = divmod(n, width) if pos is None else pos[n]
         for t in range(dim // 2):
             a, b = (t, t + quarter) if t < quarter else (t + quarter,
                                                          t + 2 * quarter)
@@ -162,8 +163,10 @@ def _rotate_loop(x, fx, fy, width):
     return out
 
 
-def _attention_loop(layer, x, hw, key_padding_mask):
-    """mmcv-layout multi-head attention with rotated q, k, pair by pair."""
+def _attention_loop(layer, x, hw, key_padding_mask, pos=None):
+    """mmcv-layout multi-head attention with rotated q, k, pair by pair;
+    image b's tokens at ``pos[b]`` (L, 2) when given, else at their
+    integer (row, column)."""
     h, w = hw
     heads, dim = layer.num_heads, layer.embed_dims
     head_dim = dim // heads
@@ -178,8 +181,9 @@ def _attention_loop(layer, x, hw, key_padding_mask):
             q = x[b] @ wq[sl].T + bq[sl]
             k = x[b] @ wk[sl].T + bk[sl]
             v = x[b] @ wv[sl].T + bv[sl]
-            q = _rotate_loop(q, fx[i], fy[i], w)
-            k = _rotate_loop(k, fx[i], fy[i], w)
+            p = None if pos is None else pos[b]
+            q = _rotate_loop(q, fx[i], fy[i], w, p)
+            k = _rotate_loop(k, fx[i], fy[i], w, p)
             logits = q @ k.T / math.sqrt(head_dim)
             logits = logits.masked_fill(key_padding_mask[b][None],
                                         float('-inf'))
@@ -211,6 +215,32 @@ def test_rotary_attention_equals_loop_reference(rope_cfg):
     got_grads = torch.autograd.grad(got, params, grad)
     want_grads = torch.autograd.grad(want, params, grad)
     for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, atol=REF_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize('rope_cfg', [
+    dict(type='rope2d', theta=100.),
+    dict(type='rope-mixed', theta=10., rotate=True)
+], ids=lambda c: c['type'])
+def test_rotary_attention_at_given_positions_equals_loop_reference(
+        rope_cfg):
+    """Per-image positions (B, L, 2), e.g. normalised coordinates of a
+    padded batch: every image's q and k rotate by its own positions."""
+    torch.manual_seed(0)
+    hw, dim, heads = (3, 4), 16, 2
+    layer = iRPEMultiheadAttention(
+        dim, heads, batch_first=True, rope_cfg=rope_cfg).double()
+    x = torch.randn(2, 12, dim, dtype=torch.float64, requires_grad=True)
+    pos = torch.randn(2, 12, 2, dtype=torch.float64) * 3
+    mask = torch.zeros(2, 12, dtype=torch.bool)
+    mask[1, -3:] = True
+    got = layer(x, spatial_shape=hw, key_padding_mask=mask, rope_pos=pos)
+    want = _attention_loop(layer, x, hw, mask, pos)
+    torch.testing.assert_close(got, want, atol=REF_ATOL, rtol=0)
+    grad = torch.randn_like(got)
+    params = [x] + [p for p in layer.parameters()]
+    for g, w in zip(torch.autograd.grad(got, params, grad),
+                    torch.autograd.grad(want, params, grad)):
         torch.testing.assert_close(g, w, atol=REF_ATOL, rtol=0)
 
 
@@ -295,21 +325,38 @@ def test_learnable_absolute_and_decoder_keys(decoder_pos):
 # ---------------------------------------------------------------------------
 IRPE = dict(type='irpe', mode='contextual', method='product', ratio=1.9,
             init='xavier', on='qkv')
+#: normalised RoPE coordinates (DINOv3) with DINOv3's rescale, which acts
+#: in training only
+NORMALIZED = {
+    f'{kind}-norm-{n}': dict(type=kind, coords='normalized', normalize=n,
+                             rescale=2.)
+    for kind in ('rope2d', 'rope-mixed') for n in ('separate', 'max', 'min')
+}
 CHOICES = [(a, r) for a in ('sine', 'learnable', 'none')
-           for r in (None, 'rope2d', 'rope-mixed')] + [('sine', IRPE),
-                                                      ('none', IRPE)]
+           for r in (None, 'rope2d', 'rope-mixed')] + [
+               ('sine', IRPE), ('none', IRPE)
+           ] + [('sine', r) for r in NORMALIZED.values()] + [
+               ('none', NORMALIZED['rope-mixed-norm-separate'])]
+
+
+def _choice_id(absolute, relative):
+    if isinstance(relative, dict):
+        name = next((k for k, v in NORMALIZED.items() if v == relative),
+                    'irpe')
+        return f'{absolute}-{name}'
+    return f'{absolute}-{relative}'
 
 
 @pytest.mark.parametrize('absolute,relative', CHOICES,
-                         ids=[f'{a}-{r if not isinstance(r, dict) else "irpe"}'
-                              for a, r in CHOICES])
+                         ids=[_choice_id(a, r) for a, r in CHOICES])
 @pytest.mark.parametrize('name', DETECTORS)
 def test_encoder_output_does_not_depend_on_the_other_image(
         name, absolute, relative):
     """Padded batch vs each image alone, on the valid tokens. mmdet pads
     bottom/right: a token's (row, col) is the same in both, so rotations,
     relative positions and learned / normalised sine encodings agree, and
-    padded keys are masked."""
+    padded keys are masked; normalised RoPE coordinates divide by each
+    image's valid extent, the same alone and in the batch."""
     model = _build(_cfg(name, absolute=absolute, relative=relative), 0)
     model.eval()
     dim = model.embed_dims
@@ -343,12 +390,26 @@ NAME = 'detr_rope-mixed_r18_synthetic.py'
      r"encoder_pe.relative.type.*'alibi'.*\('irpe', 'rope2d', 'rope-mixed'\)"),
     (dict(relative=dict(mode='contextual')), r'encoder_pe.relative.*type'),
     (dict(relative=dict(type='rope2d', ratio=1.9)),
-     r"\['ratio'\].*'rope2d'.*\('theta',\)"),
+     r"\['ratio'\].*'rope2d'.*\('theta', 'coords', 'normalize', 'shift', "
+     r"'jitter', 'rescale'\)"),
     (dict(decoder_pos='learned'),
      r"encoder_pe.decoder_pos.*'learned'.*\('sine', 'encoder', 'none'\)"),
     (dict(absolute='sine', relativ='rope2d'),
      r"\['relativ'\].*\('absolute', 'relative'"),
     (dict(learnable_grid=0), r'learnable_grid.*0'),
+    (dict(relative=dict(type='rope-mixed', coords='pixel')),
+     r"`encoder_pe.relative.coords` 'pixel'.*\('index', 'normalized'\)"),
+    (dict(relative=dict(type='rope2d', coords='normalized',
+                        normalize='longer')),
+     r"`encoder_pe.relative.normalize` 'longer'.*"
+     r"\('separate', 'max', 'min'\)"),
+    (dict(relative=dict(type='rope-mixed', shift=-0.5)),
+     r'`encoder_pe.relative.shift` -0.5.*>= 0'),
+    (dict(relative=dict(type='rope2d', jitter=0.9)),
+     r'`encoder_pe.relative.jitter` 0.9.*>= 1'),
+    (dict(relative=dict(type='rope-mixed', coords='normalized',
+                        rescale=0.5)),
+     r'`encoder_pe.relative.rescale` 0.5.*>= 1'),
 ])
 def test_unknown_choices_are_refused_at_build(encoder_pe, match):
     with pytest.raises(ValueError, match=match):
@@ -375,6 +436,16 @@ def test_two_places_for_the_relative_part_are_refused():
         MODELS.build(cfg)
 
 
+def test_coordinates_in_a_layers_rope_cfg_are_refused():
+    """Coordinates belong to the batch (one RoPECoords for all layers):
+    the older spelling in the attention config cannot take them."""
+    with pytest.raises(ValueError,
+                       match=r"\['coords', 'rescale'\].*encoder_pe.relative"):
+        iRPEMultiheadAttention(
+            32, 4, rope_cfg=dict(type='rope2d', coords='normalized',
+                                 rescale=2.))
+
+
 def test_rope_mixed_checkpoint_of_another_head_count_is_refused():
     model = MODELS.build(_cfg(NAME, relative='rope-mixed'))
     other = _cfg(NAME, relative='rope-mixed')
@@ -392,3 +463,84 @@ def test_relative_part_reaches_only_the_encoder():
     names = [n for n, m in model.named_modules()
              if isinstance(m, (iRPE, RoPEMixed))]
     assert names and all(n.startswith('encoder.') for n in names)
+
+
+# ---------------------------------------------------------------------------
+# RoPE token coordinates
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize('name', DETECTORS)
+def test_index_coords_give_todays_outputs_bit_for_bit(name):
+    """``coords='index'`` (the default) with augmentations set: in eval the
+    same numbers as the rotary setting without coordinate keys, whose
+    tables are today's (``test_rope_coords.py``); no positions are made."""
+    for kind in ('rope2d', 'rope-mixed'):
+        today = _build(_cfg(name, relative=dict(type=kind)), 0).eval()
+        keyed = _build(
+            _cfg(name, relative=dict(type=kind, coords='index',
+                                     normalize='max', shift=0.5, jitter=1.5,
+                                     rescale=2.)), 0).eval()
+        data = _batch(today, [(3, 96, 160), (3, 128, 80)])
+        with torch.no_grad():
+            want = today(**data, mode='tensor')
+            got = keyed(**data, mode='tensor')
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+        feat = torch.randn(2, today.embed_dims, 5, 6)
+        # integer indices: the cached tables (no positions), also in
+        # training when nothing augments them
+        for model, training, pos in ((today, True, False),
+                                     (keyed, False, False),
+                                     (keyed, True, True)):
+            enc, _ = _inputs(model.train(training), feat, [(5, 6), (3, 4)])
+            assert (enc['rope_pos'] is not None) == pos
+
+
+def _dinov3_positions(h, w, normalize):
+    """2 pi times DINOv3's patch-centre coordinates (h * w, 2) (y, x)."""
+    n = dict(separate=(h, w), max=(max(h, w), ) * 2,
+             min=(min(h, w), ) * 2)[normalize]
+    return torch.tensor([[2 * math.pi * (2 * (r + 0.5) / n[0] - 1),
+                          2 * math.pi * (2 * (c + 0.5) / n[1] - 1)]
+                         for r in range(h) for c in range(w)])
+
+
+@pytest.mark.parametrize('normalize', ['separate', 'max', 'min'])
+def test_normalized_positions_come_from_each_images_valid_size(normalize):
+    """pre_transformer's ``rope_pos``: each image's DINOv3 coordinates of
+    its own valid grid (from its ``img_shape``), whatever the padding."""
+    cfg = _cfg(NAME, relative=dict(type='rope-mixed', coords='normalized',
+                                   normalize=normalize))
+    model = _build(cfg, 0).eval()
+    shapes = [(5, 6), (3, 4), (5, 2)]
+    enc, _ = _inputs(model, torch.randn(3, model.embed_dims, 5, 6), shapes)
+    pos = enc['rope_pos'].view(3, 5, 6, 2)
+    for i, (h, w) in enumerate(shapes):
+        want = _dinov3_positions(h, w, normalize).view(h, w, 2)
+        torch.testing.assert_close(pos[i, :h, :w], want, atol=1e-5, rtol=0)
+
+
+def test_coordinate_augmentations_act_in_training_only_and_follow_the_seed():
+    relative = dict(type='rope-mixed', coords='normalized', jitter=1.5,
+                    rescale=2.)
+    model = _build(_cfg(NAME, relative=relative), 0)
+    feat = torch.randn(2, model.embed_dims, 5, 6)
+    shapes = [(5, 6), (3, 4)]
+
+    def encode(seed):
+        torch.manual_seed(seed)
+        enc, _ = _inputs(model, feat, shapes)
+        with torch.no_grad():
+            return enc['rope_pos'], model.forward_encoder(**enc)['memory']
+
+    model.eval()
+    plain_pos, plain = encode(0)
+    assert torch.equal(encode(1)[1], plain)  # eval: no draw, no change
+    model.train()
+    pos, out = encode(0)
+    assert torch.equal(encode(0)[1], out)  # the same seed, the same run
+    assert not torch.equal(encode(1)[0], pos)
+    # one draw for the batch: each axis of every image scaled by the same
+    # factor (jitter per axis times the shared rescale)
+    factor = pos[0, 0] / plain_pos[0, 0]  # the corner token: no zero
+    torch.testing.assert_close(pos, plain_pos * factor)
+    assert not torch.allclose(factor[0], factor[1])
+    assert (out - plain).abs().max() > 1e-3
