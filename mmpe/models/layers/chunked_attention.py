@@ -1,0 +1,283 @@
+"""Exact attention with relative terms in bounded memory: query chunks, and
+a backward that recomputes each chunk.
+
+For the attention of :class:`~mmpe.models.layers.PEAttention` (logits
+``e = q k^T / sqrt(d) + sum_t T^t + m``, probabilities ``P = softmax(e)``,
+output ``O = P v + sum_t (value terms)``), the forward runs
+:func:`~mmpe.models.layers.attention_ops.attention_probs` - the explicit
+backend's step - on ``R`` query rows at a time, so only a
+``(B, H, R, L)`` block of logits ever exists, and saves ``q``, ``k``,
+``v``, the relative terms' small tensors (their per-bucket lookups,
+``(B, H, L, K)``, or tables) and ``O``. The backward recomputes each
+chunk's probabilities with the same step (each row is complete, so the
+softmax is recomputed exactly; no log-sum-exp needs saving) and applies,
+per chunk,
+
+.. math::
+
+    dv \\mathrel{+}= P^T dO, \\quad
+    dP = dO\\, v^T + (\\text{value terms' share}), \\quad
+    dE = P \\odot (dP - \\mathrm{rowsum}(dP \\odot P)), \\quad
+    dq = dE\\, k / \\sqrt d, \\quad dk \\mathrel{+}= dE^T q / \\sqrt d
+
+(``rowsum(dP * P) = rowsum(dO * O)`` with ``O`` including the value
+terms), and each term's adjoint on ``dE`` (logit terms) or on ``dP`` and
+``dO`` (value terms). No ``(B, H, L, L)`` tensor lives between forward and
+backward, and the peak is ``O(B H R L)`` instead of ``O(B H L^2)``. With
+``save_probs`` there is one chunk and the probabilities are saved instead
+of recomputed: the explicit backend's arithmetic and memory, used while a
+compiler traces the explicit backend.
+
+Both passes are ``torch.library`` custom ops (``mmpe::attention``,
+``mmpe::attention_backward``) with fake (meta) kernels and an autograd
+registration, so a compiled graph (``torch.compile``, dynamic shapes)
+calls these eager kernels - in-place softmax, in-place expansion, reused
+buffers - as one opaque node instead of tracing them into functional code.
+The exporters never see them: inference takes SDPA (see ``PEAttention``).
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from .attention_ops import attention_probs, softmax_backward_
+from .attention_terms import (RelativeTerm, build_terms, encode_terms,
+                              split_terms)
+
+#: Elements of one (B, H, R, L) block that the automatic chunk aims at
+#: (two such buffers live at a time, float32: 2 x 16 MB), see
+#: docs/benchmark.md ("Long sequences") for the measurement.
+CHUNK_ELEMENTS = 2**22
+#: Fewest query rows per chunk (smaller chunks lose matmul efficiency).
+MIN_CHUNK_ROWS = 32
+
+
+def chunk_rows(batch_heads: int, length: int, chunk_size: int = 0) -> int:
+    """Query rows per chunk.
+
+    Args:
+        batch_heads (int): ``B * H``.
+        length (int): Tokens ``L``.
+        chunk_size (int): Rows asked for; 0: :data:`CHUNK_ELEMENTS` /
+            ``(B * H * L)``, at least :data:`MIN_CHUNK_ROWS`.
+
+    Returns:
+        int: Between 1 and ``L``.
+    """
+    if chunk_size <= 0:
+        chunk_size = max(MIN_CHUNK_ROWS,
+                         CHUNK_ELEMENTS // max(1, batch_heads * length))
+    return max(1, min(length, chunk_size))
+
+
+def _bounds(length: int, rows: int) -> List[Tuple[int, int]]:
+    return [(s, min(s + rows, length)) for s in range(0, length, rows)]
+
+
+def _buffer(like: Tensor, numel: int) -> Tensor:
+    """A flat scratch buffer reused by every chunk (fresh large buffers
+    cost page faults on CPU, see docs/benchmark.md)."""
+    return like.new_empty(numel)
+
+
+def attention_forward(qs: Tensor, k: Tensor, v: Tensor,
+                      mask: Optional[Tensor], terms: Sequence[RelativeTerm],
+                      chunk_size: int = 0,
+                      save_probs: bool = False) -> Tuple[Tensor, Tensor]:
+    """The forward pass (no autograd graph).
+
+    Args:
+        qs (Tensor): Scaled (and rotated) queries (B, H, L, d).
+        k (Tensor): Keys (B, H, L, d).
+        v (Tensor): Values (B, H, L, dv).
+        mask (Tensor, optional): Additive mask broadcastable to
+            (B, H, L, L).
+        terms (list[RelativeTerm]): Relative terms.
+        chunk_size (int): Query rows per chunk (0: automatic).
+        save_probs (bool): One chunk, and return the probabilities.
+
+    Returns:
+        tuple[Tensor, Tensor]: Output (B, H, L, dv) and the probabilities
+        (B, H, L, L) with ``save_probs``, else an empty tensor.
+    """
+    logit_terms, value_terms = split_terms(terms)
+    b, h, length, _ = qs.shape
+    qs, k, v = qs.contiguous(), k.contiguous(), v.contiguous()
+    if save_probs:
+        probs = attention_probs(qs, k, logit_terms, mask)
+        out = probs @ v
+        for term in value_terms:
+            out.add_(term.out_rows(probs, None))
+        return out, probs
+    rows = chunk_rows(b * h, length, chunk_size)
+    out = qs.new_empty(b, h, length, v.shape[-1])
+    scratch = _buffer(qs, b * h * rows * length)
+    for start, stop in _bounds(length, rows):
+        span = (start, stop)
+        logits = scratch[:b * h * (stop - start) * length].view(
+            b, h, stop - start, length)
+        probs = attention_probs(qs[:, :, start:stop], k, logit_terms, mask,
+                                span, out=logits)
+        chunk = probs @ v  # (B, H, R, dv)
+        for term in value_terms:
+            chunk.add_(term.out_rows(probs, span))
+        out[:, :, start:stop] = chunk
+    return out, qs.new_empty(0)
+
+
+def attention_backward(grad_out: Tensor, qs: Tensor, k: Tensor, v: Tensor,
+                       mask: Optional[Tensor], terms: Sequence[RelativeTerm],
+                       probs: Optional[Tensor] = None,
+                       chunk_size: int = 0) -> List[Tensor]:
+    """The backward pass: gradients of ``qs``, ``k``, ``v`` and of every
+    term tensor (in :func:`encode_terms` order).
+
+    Args:
+        grad_out (Tensor): ``dL/dO`` (B, H, L, dv).
+        qs, k, v, mask, terms: As :func:`attention_forward`.
+        probs (Tensor, optional): Saved probabilities (B, H, L, L) (one
+            chunk); None: recomputed chunk by chunk.
+        chunk_size (int): As :func:`attention_forward`.
+
+    Returns:
+        list[Tensor]: ``[dqs, dk, dv, *dtensors]``.
+    """
+    logit_terms, value_terms = split_terms(terms)
+    b, h, length, d = qs.shape
+    n, dv_ = b * h, v.shape[-1]
+    qs, k, v = qs.contiguous(), k.contiguous(), v.contiguous()
+    grad_out = grad_out.contiguous()
+    dqs = torch.empty_like(qs)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    grads = {id(t): [torch.zeros_like(x) for x in t.tensors] for t in terms}
+    for term in value_terms:
+        term.begin_backward(grad_out)
+    rows = length if probs is not None else chunk_rows(n, length, chunk_size)
+    scratch_p = None if probs is not None else _buffer(qs, n * rows * length)
+    scratch_dp = _buffer(qs, n * rows * length)
+    k3, v3 = k.view(n, length, d), v.view(n, length, dv_)
+    dk3, dv3 = dk.view(n, length, d), dv.view(n, length, dv_)
+    for start, stop in _bounds(length, rows):
+        span, r = (start, stop), stop - start
+        q_rows = qs[:, :, start:stop]
+        if probs is not None:
+            p = probs
+        else:
+            p = attention_probs(
+                q_rows, k, logit_terms, mask, span,
+                out=scratch_p[:n * r * length].view(b, h, r, length))
+        go = grad_out[:, :, start:stop]  # (B, H, R, dv)
+        # dP = dO v^T (+ the value terms' share), (B, H, R, L)
+        dp = torch.matmul(go, v.transpose(-2, -1),
+                          out=scratch_dp[:n * r * length].view(b, h, r, length))
+        for term in value_terms:
+            term.backward_rows(dp, span, grads[id(term)], probs=p,
+                               grad_out=go)
+        p3 = p.reshape(n, r, length)
+        dv3.baddbmm_(p3.transpose(1, 2), go.reshape(n, r, dv_))
+        de = softmax_backward_(dp, p)  # dE, in dp's buffer on CPU
+        de3 = de.reshape(n, r, length)
+        dqs[:, :, start:stop] = torch.bmm(de3, k3).view(b, h, r, d)
+        dk3.baddbmm_(de3.transpose(1, 2), q_rows.reshape(n, r, d))
+        for term in logit_terms:
+            term.backward_rows(de, span, grads[id(term)])
+    return [dqs, dk, dv] + [g for t in terms for g in grads[id(t)]]
+
+
+# ---------------------------------------------------------------------------
+# the custom ops
+# ---------------------------------------------------------------------------
+@torch.library.custom_op('mmpe::attention', mutates_args=())
+def _attention_op(qs: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+                  tensors: List[Tensor], terms: str, height: int, width: int,
+                  chunk_size: int, save_probs: bool) -> Tuple[Tensor, Tensor]:
+    built = build_terms(terms, tensors, height, width, qs.shape[2])
+    with torch.no_grad(), torch.autocast(qs.device.type, enabled=False):
+        return attention_forward(qs, k, v, mask, built, chunk_size,
+                                 save_probs)
+
+
+@_attention_op.register_fake
+def _attention_fake(qs, k, v, mask, tensors, terms, height, width,
+                    chunk_size, save_probs):
+    b, h, length, _ = qs.shape
+    out = qs.new_empty(b, h, length, v.shape[-1])
+    probs = qs.new_empty((b, h, length, length) if save_probs else (0, ))
+    return out, probs
+
+
+@torch.library.custom_op('mmpe::attention_backward', mutates_args=())
+def _attention_backward_op(grad_out: Tensor, qs: Tensor, k: Tensor,
+                           v: Tensor, mask: Optional[Tensor],
+                           tensors: List[Tensor], probs: Tensor, terms: str,
+                           height: int, width: int,
+                           chunk_size: int) -> List[Tensor]:
+    built = build_terms(terms, tensors, height, width, qs.shape[2])
+    with torch.no_grad(), torch.autocast(qs.device.type, enabled=False):
+        return attention_backward(grad_out, qs, k, v, mask, built,
+                                  probs if probs.numel() else None,
+                                  chunk_size)
+
+
+@_attention_backward_op.register_fake
+def _attention_backward_fake(grad_out, qs, k, v, mask, tensors, probs,
+                             terms, height, width, chunk_size):
+    return [torch.empty_like(x) for x in (qs, k, v, *tensors)]
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    qs, k, v, mask, tensors, terms, height, width, chunk_size, _ = inputs
+    # the mask is never differentiated (as in the explicit backend)
+    ctx.save_for_backward(qs, k, v, output[1], mask, *tensors)
+    ctx.args = (terms, height, width, chunk_size)
+
+
+def _backward(ctx, grad_out: Tensor, _grad_probs: Optional[Tensor]):
+    qs, k, v, probs, mask, *tensors = ctx.saved_tensors
+    terms, height, width, chunk_size = ctx.args
+    grads = torch.ops.mmpe.attention_backward(grad_out, qs, k, v, mask,
+                                              tensors, probs, terms, height,
+                                              width, chunk_size)
+    dqs, dk, dv, *dtensors = grads
+    return (dqs, dk, dv, None, dtensors, None, None, None, None, None)
+
+
+_attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def relative_attention(qs: Tensor,
+                       k: Tensor,
+                       v: Tensor,
+                       mask: Optional[Tensor],
+                       terms: Sequence[RelativeTerm],
+                       height: int,
+                       width: int,
+                       chunk_size: int = 0,
+                       save_probs: bool = False) -> Tensor:
+    """Attention with relative terms through ``mmpe::attention``.
+
+    Args:
+        qs (Tensor): Scaled (and rotated) queries (B, H, L, d).
+        k (Tensor): Keys (B, H, L, d).
+        v (Tensor): Values (B, H, L, dv).
+        mask (Tensor, optional): Additive mask broadcastable to
+            (B, H, L, L), in the dtype of ``qs``.
+        terms (list[RelativeTerm]): The call's relative terms.
+        height (int): Grid height (may be symbolic while tracing).
+        width (int): Grid width.
+        chunk_size (int): Query rows per chunk; 0: automatic
+            (:func:`chunk_rows`).
+        save_probs (bool): Save the probabilities instead of recomputing
+            them (one chunk; the explicit backend's memory).
+
+    Returns:
+        Tensor: (B, H, L, dv), differentiable in ``qs``, ``k``, ``v`` and
+        the terms' tensors.
+    """
+    spec, tensors = encode_terms(terms)
+    dtype = qs.dtype
+    out, _ = torch.ops.mmpe.attention(
+        qs, k.to(dtype), v.to(dtype), None if mask is None else mask.to(dtype),
+        [x.to(dtype) for x in tensors], spec, height, width, chunk_size,
+        save_probs)
+    return out
