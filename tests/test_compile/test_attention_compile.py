@@ -37,6 +37,14 @@ for i, (mode, method, rpe_on) in enumerate(
             rpe_on=rpe_on,
             skip=i % 2,
             layout='timm' if i % 4 == 1 else 'mmcv'))
+# the chunked backend (the custom op mmpe::attention, chunks of 5 query
+# rows: never a multiple of the grids' lengths below)
+CHUNKED = [
+    dict(CASES[i], impl='chunked')
+    for i in range(len(CASES))
+    if CASES[i]['rpe_cfg']['method'] in ('product', 'euclidean') or i % 5 == 0
+]
+CASES += CHUNKED
 CASES += [
     dict(rope_cfg=dict(type='rope2d'), layout='mmcv'),
     dict(rope_cfg=dict(type='rope-mixed'), layout='mmcv'),
@@ -51,15 +59,16 @@ def _case_id(case):
             '+irpe' if case.get('both') else '')
     cfg = case['rpe_cfg']
     return (f"{cfg['mode']}-{cfg['method']}-{case['rpe_on']}-"
-            f"skip{case['skip']}-{case['layout']}")
+            f"skip{case['skip']}-{case['layout']}-{case.get('impl', 'auto')}")
 
 
 def _module(case):
     torch.manual_seed(0)
+    impl = dict(attn_impl=case.get('impl', 'auto'), chunk_size=5)
     if case['layout'] == 'timm':
         return ViTAttention(
             16, 2, rpe_cfg=case['rpe_cfg'], rpe_on=case['rpe_on'],
-            skip=case['skip'])
+            skip=case['skip'], **impl)
     rpe = case.get('rpe_cfg')
     if case.get('both'):  # RoPE and iRPE in one attention
         rpe = dict(mode='contextual', method='product', ratio=1.0)
@@ -67,7 +76,7 @@ def _module(case):
     if rpe is not None:
         kwargs['rpe_on'] = case.get('rpe_on', 'k')
         kwargs['rpe_cfg'] = dict(rpe, skip=case.get('skip', 0))
-    return iRPEMultiheadAttention(16, 2, batch_first=True, **kwargs)
+    return iRPEMultiheadAttention(16, 2, batch_first=True, **kwargs, **impl)
 
 
 class GridCall(torch.nn.Module):
@@ -144,3 +153,35 @@ def test_inference_path_compiles_once(case):
             torch.testing.assert_close(
                 compiled(feat, mask), call(feat, mask), **FWD_TOL)
     assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
+
+
+@pytest.mark.parametrize('impl', ['auto', 'chunked'])
+def test_training_graph_calls_the_attention_op(impl):
+    """A compiled training step runs the attention core as the opaque
+    custom op mmpe::attention (eager in-place kernels), the default backend
+    (explicit at these lengths, probabilities saved) and 'chunked' alike.
+    Without gradients the default graph has no custom op (SDPA); 'chunked'
+    keeps its bounded-memory forward there, but not under torch.export."""
+    case = dict(CASES[0], impl=impl)
+    call = GridCall(_module(case), 0)
+    graphs = []
+
+    def record(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    feat, mask = _inputs(GRIDS[0], 0)
+    torch._dynamo.reset()
+    compiled = torch.compile(call, backend=record, fullgraph=True,
+                             dynamic=True)
+    compiled(feat.requires_grad_(True), mask)
+    with torch.no_grad():
+        compiled(feat, mask)
+    ops = [{str(n.target) for n in gm.graph.nodes} for gm in graphs]
+    assert len(ops) == 2
+    assert 'mmpe.attention' in ops[0], ops[0]
+    assert ('mmpe.attention' in ops[1]) == (impl == 'chunked')
+    with torch.no_grad():
+        exported = torch.export.export(call, (feat, mask))
+    targets = {str(n.target) for n in exported.graph.nodes}
+    assert not any(t.startswith('mmpe.') for t in targets)

@@ -44,7 +44,7 @@ registered under its ``kind`` with :func:`register_term`.
 """
 import functools
 import json
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, List, Optional, Sequence, Tuple, Type
 
 from torch import Tensor
 
@@ -82,15 +82,28 @@ class RelativeTerm:
     #: ``'logits'`` or ``'values'``
     target: str = 'logits'
 
-    def __init__(self, spec: dict, tensors: Sequence[Tensor], height: int,
-                 width: int, length: int) -> None:
-        self._spec = dict(spec)
+    def __init__(self,
+                 spec: dict,
+                 tensors: Sequence[Tensor],
+                 height: int,
+                 width: int,
+                 length: int,
+                 spec_json: Optional[str] = None) -> None:
+        self._spec = spec
+        self._spec_json = spec_json
         self.tensors: List[Tensor] = list(tensors)
         self.height, self.width, self.length = height, width, length
 
     def spec(self) -> dict:
         """The configuration :func:`build_terms` rebuilds the term from."""
         return self._spec
+
+    def spec_json(self) -> str:
+        """:meth:`spec` as JSON; modules pass it in precomputed, because a
+        traced forward cannot run ``json.dumps``."""
+        if self._spec_json is None:
+            self._spec_json = json.dumps(self._spec, sort_keys=True)
+        return self._spec_json
 
     # -- logit terms -----------------------------------------------------
     def add_rows(self, logits: Tensor, rows: Rows) -> Tensor:
@@ -136,9 +149,9 @@ class RelativeTerm:
 
 def encode_terms(terms: Sequence[RelativeTerm]) -> Tuple[str, List[Tensor]]:
     """Terms -> (a JSON string, their tensors in order), for a custom op."""
-    spec = [[t.kind, t.spec(), len(t.tensors)] for t in terms]
-    tensors = [x for t in terms for x in t.tensors]
-    return json.dumps(spec, sort_keys=True), tensors
+    spec = ','.join(f'["{t.kind}",{t.spec_json()},{len(t.tensors)}]'
+                    for t in terms)
+    return f'[{spec}]', [x for t in terms for x in t.tensors]
 
 
 @functools.lru_cache(maxsize=64)
@@ -167,5 +180,3 @@ def split_terms(
     return ([t for t in terms if t.target == 'logits'],
             [t for t in terms if t.target == 'values'])
 
-
-TermFactory = Callable[..., RelativeTerm]

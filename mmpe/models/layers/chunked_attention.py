@@ -147,9 +147,9 @@ def attention_backward(grad_out: Tensor, qs: Tensor, k: Tensor, v: Tensor,
     n, dv_ = b * h, v.shape[-1]
     qs, k, v = qs.contiguous(), k.contiguous(), v.contiguous()
     grad_out = grad_out.contiguous()
-    dqs = torch.empty_like(qs)
-    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-    grads = {id(t): [torch.zeros_like(x) for x in t.tensors] for t in terms}
+    dqs = qs.new_empty(qs.shape)
+    dk, dv = k.new_zeros(k.shape), v.new_zeros(v.shape)
+    grads = {id(t): [x.new_zeros(x.shape) for x in t.tensors] for t in terms}
     for term in value_terms:
         term.begin_backward(grad_out)
     rows = length if probs is not None else chunk_rows(n, length, chunk_size)
@@ -222,7 +222,8 @@ def _attention_backward_op(grad_out: Tensor, qs: Tensor, k: Tensor,
 @_attention_backward_op.register_fake
 def _attention_backward_fake(grad_out, qs, k, v, mask, tensors, probs,
                              terms, height, width, chunk_size):
-    return [torch.empty_like(x) for x in (qs, k, v, *tensors)]
+    # contiguous, as the real kernel returns them
+    return [x.new_empty(x.shape) for x in (qs, k, v, *tensors)]
 
 
 def _setup_context(ctx, inputs, output) -> None:

@@ -7,6 +7,7 @@ holding the encoding table; the (L, L) expansion of Eq. 26-28 is done by the
 plans of :mod:`~mmpe.models.layers.irpe_plans`, bucket ids come from
 :mod:`~mmpe.models.layers.irpe_index`.
 """
+import json
 import math
 from typing import Optional, Union
 
@@ -174,6 +175,16 @@ class iRPE(BaseModule):
             shape += (head_dim, )
         self.table = nn.Parameter(torch.zeros(shape))
         self.reset_table()
+        # the term's configuration, fixed here (a traced forward cannot
+        # serialise it)
+        self._term_spec = dict(
+            mode=mode, method=method, on=on, index=index, ratio=self.ratio,
+            max_distance=max_distance, skip=skip, shared_head=shared_head,
+            side=self._side, num_heads=num_heads,
+            num_buckets=self.num_buckets,
+            slices=[[s.start, s.stop] for s in self._slices],
+            extras=list(self._extras))
+        self._term_spec_json = json.dumps(self._term_spec, sort_keys=True)
 
     # ------------------------------------------------------------------
     # initialisation
@@ -303,13 +314,7 @@ class iRPE(BaseModule):
     # ------------------------------------------------------------------
     def term_spec(self) -> dict:
         """The JSON-able configuration of :class:`IRPETerm`."""
-        return dict(
-            mode=self.mode, method=self.method, on=self.on, index=self.index,
-            ratio=self.ratio, max_distance=self.max_distance, skip=self.skip,
-            shared_head=self.shared_head, side=self._side,
-            num_heads=self.num_heads, num_buckets=self.num_buckets,
-            slices=[[s.start, s.stop] for s in self._slices],
-            extras=list(self._extras))
+        return self._term_spec
 
     def lookup(self, x: Tensor) -> Tensor:
         """Eq. 27's per-bucket lookup ``x @ table^T`` (contextual, q / k).
@@ -343,5 +348,5 @@ class iRPE(BaseModule):
             tensor = self.lookup(x)
         else:
             tensor = self.table.to(x.dtype)
-        return IRPETerm(self.term_spec(), [tensor], height, width,
-                        self.skip + height * width)
+        return IRPETerm(self._term_spec, [tensor], height, width,
+                        self.skip + height * width, self._term_spec_json)

@@ -49,9 +49,14 @@ class IRPETerm(RelativeTerm):
 
     kind = 'irpe'
 
-    def __init__(self, spec: dict, tensors: Sequence[Tensor], height: int,
-                 width: int, length: int) -> None:
-        super().__init__(spec, tensors, height, width, length)
+    def __init__(self,
+                 spec: dict,
+                 tensors: Sequence[Tensor],
+                 height: int,
+                 width: int,
+                 length: int,
+                 spec_json: Optional[str] = None) -> None:
+        super().__init__(spec, tensors, height, width, length, spec_json)
         self.on, self.mode = spec['on'], spec['mode']
         self.target = 'values' if self.on == 'v' else 'logits'
         self.skip = spec['skip']

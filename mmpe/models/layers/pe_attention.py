@@ -244,6 +244,8 @@ class PEAttention(BaseModule):
             x.requires_grad for term in terms for x in term.tensors)
         flex_ok = (q.device.type == 'cuda' and rope is None
                    and self._flex_reason(q, k, v, attn_mask) is None)
+        if impl == 'chunked' and is_exporting():
+            impl = 'explicit'  # exported graphs hold standard ops only
         backend = self.select_backend(q.shape[2], needs_grad, flex_ok, impl)
         if backend == 'flex':  # 'auto' on CUDA
             out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
@@ -298,7 +300,7 @@ class PEAttention(BaseModule):
         if (impl == 'explicit' or length < AUTO_CHUNKED_FROM
                 or self._dropout_p() > 0):
             return 'explicit'
-        return 'flex' if flex_ok else 'chunked'
+        return 'flex' if flex_ok and self.rpe_v is None else 'chunked'
 
     # ------------------------------------------------------------------
     # relative terms
