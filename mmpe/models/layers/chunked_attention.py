@@ -44,12 +44,14 @@ from .attention_ops import attention_probs, softmax_backward_
 from .attention_terms import (RelativeTerm, build_terms, encode_terms,
                               split_terms)
 
-#: Elements of one (B, H, R, L) block that the automatic chunk aims at
-#: (two such buffers live at a time, float32: 2 x 16 MB), see
-#: docs/benchmark.md ("Long sequences") for the measurement.
+#: Query rows per chunk of the automatic rule: a (B, H, R, L) block stays
+#: in cache (measured on CPU, docs/benchmark.md, "Long sequences").
+CHUNK_ROWS = 64
+#: Most elements of one (B, H, R, L) block (two live at a time; float32:
+#: 2 x 16 MB): fewer rows for large ``B * H * L``.
 CHUNK_ELEMENTS = 2**22
 #: Fewest query rows per chunk (smaller chunks lose matmul efficiency).
-MIN_CHUNK_ROWS = 32
+MIN_CHUNK_ROWS = 16
 
 
 def chunk_rows(batch_heads: int, length: int, chunk_size: int = 0) -> int:
@@ -58,15 +60,16 @@ def chunk_rows(batch_heads: int, length: int, chunk_size: int = 0) -> int:
     Args:
         batch_heads (int): ``B * H``.
         length (int): Tokens ``L``.
-        chunk_size (int): Rows asked for; 0: :data:`CHUNK_ELEMENTS` /
-            ``(B * H * L)``, at least :data:`MIN_CHUNK_ROWS`.
+        chunk_size (int): Rows asked for; 0: :data:`CHUNK_ROWS`, fewer if
+            a block would exceed :data:`CHUNK_ELEMENTS` (at least
+            :data:`MIN_CHUNK_ROWS`).
 
     Returns:
         int: Between 1 and ``L``.
     """
     if chunk_size <= 0:
-        chunk_size = max(MIN_CHUNK_ROWS,
-                         CHUNK_ELEMENTS // max(1, batch_heads * length))
+        fit = CHUNK_ELEMENTS // max(1, batch_heads * length)
+        chunk_size = max(MIN_CHUNK_ROWS, min(CHUNK_ROWS, fit))
     return max(1, min(length, chunk_size))
 
 

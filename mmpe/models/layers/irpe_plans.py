@@ -10,7 +10,7 @@ in :data:`PLAN_CACHE`; the autograd functions make ``expand`` and
 ``reduce`` differentiable, each the other's backward.
 """
 import copy
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -103,16 +103,13 @@ class ProductPlan(_BlockPlans):
     * reduce (the backward of iRPE on q / k, the forward of iRPE on v):
       batched one-hot matmuls, contracting the key rows first, so that no
       scatter is needed (scatter-add took 1.8x the matmuls' time on CPU at
-      25 x 42, B=2, H=8, and is atomics on CUDA). Per-query operands
-      ``OY[iy]^T`` and ``OX[ix]`` are repeated for a chunk of batch items
-      sized by :attr:`max_chunk_elems`.
+      25 x 42, B=2, H=8, and is atomics on CUDA), one batch item at a time
+      with the per-query operands ``OY[iy]^T`` and ``OX[ix]`` shared by the
+      items.
 
     Every step is per query, so a block of query rows (:meth:`block`) is
     the same plan with its per-query indices and operands sliced.
     """
-
-    #: bound on the elements of the per-chunk temporaries of :meth:`reduce`
-    max_chunk_elems = 2**23
 
     def __init__(self, rows: Tensor, cols: Tensor, side: int) -> None:
         h, w = rows.shape[0], cols.shape[0]
@@ -144,17 +141,6 @@ class ProductPlan(_BlockPlans):
             self._onehots[dtype] = (F.one_hot(self.rows, self.side).to(dtype),
                                     F.one_hot(self.cols, self.side).to(dtype))
         return self._onehots[dtype]
-
-    def _chunks(self, n: int) -> List[Tuple[int, int]]:
-        """``(start, size)`` of the batch chunks of :meth:`expand_add_` and
-        :meth:`reduce`; one chunk while tracing (the sizes may be symbolic,
-        and a compiler plans the memory itself)."""
-        if is_tracing():
-            return [(0, n)]
-        per_item = self.num_viewers * self.side * max(self.height,
-                                                      self.width)
-        step = max(1, min(n, self.max_chunk_elems // per_item))
-        return [(k, min(step, n - k)) for k in range(0, n, step)]
 
     @staticmethod
     def _per_query(op: Tensor, outer: bool, times: int, items: int) -> Tensor:
@@ -205,7 +191,8 @@ class ProductPlan(_BlockPlans):
 
         The row step is the gather of :meth:`expand`; the column step is a
         batched matmul with ``OX[ix]^T`` accumulating into ``out`` (exact: one
-        non-zero product per entry, for finite values).
+        non-zero product per entry, for finite values), one batch item at a
+        time (the per-query operands are shared by the items).
 
         Args:
             p (Tensor): (N, R, S * S).
@@ -219,13 +206,10 @@ class ProductPlan(_BlockPlans):
         _, ox = self.onehots(p.dtype)
         row_index = self.row_index.expand(n, nv, h, s)
         rows = p.reshape(n, nv, s, s).gather(2, row_index)  # (n, i, jy, v)
-        chunks = self._chunks(n)
         # query i = (iy, ix): OX[ix]^T (v, jx)
-        oxt_rep = self._query_operand(ox.transpose(1, 2), False, chunks[0][1])
-        for k, size in chunks:
-            m = size * nv
-            acc = out[k:k + size].view(m, h, w)
-            acc.baddbmm_(rows[k:k + size].view(m, h, s), oxt_rep[:m])
+        oxt = self._query_operand(ox.transpose(1, 2), False, 1)
+        for k in range(n):
+            out[k].view(nv, h, w).baddbmm_(rows[k], oxt)
         return out
 
     def reduce(self, a: Tensor) -> Tensor:
@@ -253,14 +237,13 @@ class ProductPlan(_BlockPlans):
             self._reduce_transposed(a, oyt, ox, out)
             return out.view(n, nv, s * s)
         a = a.contiguous()
-        chunks = self._chunks(n)
-        # query i = (iy, ix): OY[iy]^T (u, jy) and OX[ix] (jx, v)
-        oyt_rep = self._query_operand(oyt, True, chunks[0][1])
-        ox_rep = self._query_operand(ox, False, chunks[0][1])
-        for k, size in chunks:
-            m = size * nv
-            zy = torch.bmm(oyt_rep[:m], a[k:k + size].view(m, h, w))
-            torch.bmm(zy, ox_rep[:m], out=out[k:k + size].view(m, s, s))
+        # query i = (iy, ix): OY[iy]^T (u, jy) and OX[ix] (jx, v), shared by
+        # the batch items
+        oyt_q = self._query_operand(oyt, True, 1)
+        ox_q = self._query_operand(ox, False, 1)
+        for k in range(n):
+            zy = torch.bmm(oyt_q, a[k].view(nv, h, w))
+            torch.bmm(zy, ox_q, out=out[k].view(nv, s, s))
         return out.view(n, nv, s * s)
 
     def _reduce_transposed(self, a: Tensor, oyt: Tensor, ox: Tensor,

@@ -43,7 +43,7 @@ from .tracing import is_exporting, is_tracing
 #: ``attn_impl='auto'`` trains with the chunked backend (FlexAttention on
 #: CUDA) from this many tokens on and with the explicit one below; measured
 #: on CPU, see docs/benchmark.md ("Long sequences").
-AUTO_CHUNKED_FROM = 2048
+AUTO_CHUNKED_FROM = 1024
 
 
 class PEAttention(BaseModule):

@@ -284,10 +284,11 @@ def test_vit_layout_chunked_equals_default():
 
 
 @pytest.mark.parametrize('batch_heads,length,size,rows', [
-    (12, 4096, 0, max(32, 2**22 // (12 * 4096))),
-    (12, 100, 0, 100),  # never more rows than tokens
-    (1, 2**23, 0, 32),  # at least 32 rows
-    (12, 4096, 7, 7),
+    (6, 4096, 0, 64),  # ViT-S, batch 1, 64 x 64 tokens
+    (16, 8192, 0, 32),  # 2**22 elements at most
+    (12, 50, 0, 50),  # never more rows than tokens
+    (1, 2**24, 0, 16),  # at least 16 rows
+    (12, 4096, 7, 7),  # as asked
 ])
 def test_chunk_rows(batch_heads, length, size, rows):
     assert chunk_rows(batch_heads, length, size) == rows
