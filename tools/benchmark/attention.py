@@ -815,9 +815,13 @@ def long_group(length: int, grid: Tuple[int, int], cfg: str,
         if args.verbose:
             print(f'  {length} {cfg} {row.name}: first f+b {row.first:.1f} s',
                   flush=True)
+    for row in rows:
+        row.cpu = []
     for r in range(args.rounds):
         for row in rows:
+            cpu0 = time.process_time()
             row.times['fwd_bwd'].append(time_once(row, s, 'fwd_bwd', device))
+            row.cpu.append(time.process_time() - cpu0)
         if args.verbose:
             print(f'  round {r + 1}/{args.rounds} done', flush=True)
     if not args.no_memory:
@@ -837,6 +841,8 @@ def long_group(length: int, grid: Tuple[int, int], cfg: str,
             name=row.name, variant=row.variant, mode=row.mode,
             fwd_bwd_ms=statistics.median(ts) * 1e3,
             fwd_bwd_ms_all=[t * 1e3 for t in ts], first_s=row.first,
+            cpu_ms=statistics.median(row.cpu) * 1e3,
+            cpu_ms_all=[t * 1e3 for t in row.cpu],
             graphs=row.graphs, graph_breaks=row.breaks,
             peak_mb=(None if row.peak['fwd_bwd'] is None else
                      row.peak['fwd_bwd'] / 2**20),
@@ -847,12 +853,15 @@ def long_group(length: int, grid: Tuple[int, int], cfg: str,
         base = by.get((LONG_BASE, r['mode']))
         eager = by.get((r['variant'], 'eager'))
         r['x'] = r['fwd_bwd_ms'] / base['fwd_bwd_ms'] if base else None
+        r['cpu_x'] = r['cpu_ms'] / base['cpu_ms'] if base else None
         # per round: rows are interleaved, each pair saw one background
         r['x_rounds'] = ([a / b for a, b in zip(r['fwd_bwd_ms_all'],
                                                base['fwd_bwd_ms_all'])]
                          if base else None)
         r['c_e'] = (r['fwd_bwd_ms'] / eager['fwd_bwd_ms']
                     if r['mode'] == 'compiled' and eager else None)
+        r['cpu_c_e'] = (r['cpu_ms'] / eager['cpu_ms']
+                        if r['mode'] == 'compiled' and eager else None)
         r['c_e_rounds'] = (
             [a / b for a, b in zip(r['fwd_bwd_ms_all'],
                                    eager['fwd_bwd_ms_all'])]
@@ -899,16 +908,18 @@ def print_long(g: dict) -> None:
           f"({HEAD_CFGS[g['cfg']][1]} heads x "
           f"{HEAD_CFGS[g['cfg']][0] // HEAD_CFGS[g['cfg']][1]}), batch "
           f"{g['batch']}; x = / '{LONG_BASE}' of the same mode")
-    head = (f'{"row":<42}{"f+b ms":>10}{"x":>6}{"c/e":>6}{"peak MB":>9}'
-            f'{"x":>6}{"RSS MB":>8}{"x":>6}{"1st s":>7}{"breaks":>7}')
+    head = (f'{"row":<38}{"f+b ms":>9}{"x":>6}{"c/e":>6}{"cpu x":>6}'
+            f'{"cpu c/e":>8}{"peak MB":>8}{"x":>6}{"RSS MB":>8}{"x":>6}'
+            f'{"1st s":>7}{"brk":>4}')
     print(head)
     print('-' * len(head))
     for r in g['rows']:
-        print(f'{r["name"]:<42}{_fmt(r["fwd_bwd_ms"], ".0f"):>10}'
+        print(f'{r["name"]:<38}{_fmt(r["fwd_bwd_ms"], ".0f"):>9}'
               f'{_fmt(r["x"], ".2f"):>6}{_fmt(r["c_e"], ".2f"):>6}'
-              f'{_fmt(r["peak_mb"], ".0f"):>9}{_fmt(r["peak_x"], ".2f"):>6}'
+              f'{_fmt(r["cpu_x"], ".2f"):>6}{_fmt(r["cpu_c_e"], ".2f"):>8}'
+              f'{_fmt(r["peak_mb"], ".0f"):>8}{_fmt(r["peak_x"], ".2f"):>6}'
               f'{_fmt(r["rss_mb"], ".0f"):>8}{_fmt(r["rss_x"], ".2f"):>6}'
-              f'{r["first_s"]:>7.1f}{r["graph_breaks"]:>7}')
+              f'{r["first_s"]:>7.1f}{r["graph_breaks"]:>4}')
 
 
 def long_main(args: argparse.Namespace) -> dict:
