@@ -63,10 +63,21 @@ class IRPETerm(RelativeTerm):
         self.slices = tuple(slice(a, b) for a, b in spec['slices'])
         self.extras = tuple(spec['extras'])
         self.num_buckets = spec['num_buckets']
-        self.plan = get_plan(spec['method'], spec['index'], spec['ratio'],
-                             spec['max_distance'], height, width,
-                             self.tensors[0].device, spec['side'])
+        self._plan = None
         self._grad_lookup: Optional[Tensor] = None
+
+    @property
+    def plan(self):
+        """The grid's spatial plan (cached process-wide), on first use: a
+        traced call that only hands the term to the custom op never builds
+        it."""
+        if self._plan is None:
+            spec = self._spec
+            self._plan = get_plan(spec['method'], spec['index'],
+                                  spec['ratio'], spec['max_distance'],
+                                  self.height, self.width,
+                                  self.tensors[0].device, spec['side'])
+        return self._plan
 
     # ------------------------------------------------------------------
     # the block math: (N, Rv, nb) viewer values <-> (N, Rv, Ro) terms
