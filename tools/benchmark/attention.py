@@ -892,7 +892,7 @@ def long_aims(groups: List[dict]) -> List[dict]:
                         f'{LONG_AIMS["memory_long"]}x',
                         value=ctx['peak_x'],
                         met=ctx['peak_x'] <= LONG_AIMS['memory_long']))
-            elif g['length'] <= 1050:
+            elif g['length'] == 1050:
                 out.append(dict(aim=f'{tag} time <= {LONG_AIMS["time_1050"]}x',
                                 value=ctx['x'],
                                 met=ctx['x'] <= LONG_AIMS['time_1050']))

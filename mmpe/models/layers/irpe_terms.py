@@ -15,7 +15,7 @@ plans of :mod:`~mmpe.models.layers.irpe_plans`. The whole map is the block
 ``rows=None``: the explicit backend runs exactly this code on all rows, the
 chunked backend on ranges of rows.
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -36,7 +36,7 @@ def _spatial_range(span: Rows, skip: int) -> Rows:
 class IRPETerm(RelativeTerm):
     """iRPE on queries, keys or values for one call.
 
-    Args:
+    Args (those of :class:`RelativeTerm`):
         spec (dict): :meth:`iRPE.term_spec` of the module.
         tensors (list[Tensor]): One tensor: contextual on q / k the lookup
             ``x @ table^T`` (B, H, L, num_buckets) of the scaled keys /
@@ -45,18 +45,14 @@ class IRPETerm(RelativeTerm):
         height (int): Grid height.
         width (int): Grid width.
         length (int): Tokens ``skip + height * width``.
+        spec_json (str, optional): ``spec`` as JSON.
     """
 
     kind = 'irpe'
 
-    def __init__(self,
-                 spec: dict,
-                 tensors: Sequence[Tensor],
-                 height: int,
-                 width: int,
-                 length: int,
-                 spec_json: Optional[str] = None) -> None:
-        super().__init__(spec, tensors, height, width, length, spec_json)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        spec = self._spec
         self.on, self.mode = spec['on'], spec['mode']
         self.target = 'values' if self.on == 'v' else 'logits'
         self.skip = spec['skip']
