@@ -24,7 +24,7 @@ Rows (layer level):
   ``F.scaled_dot_product_attention`` (no iRPE on values there);
 * ``mmpe ctx product k (plain softmax)`` and ``(plain softmax, add_)`` - the
   explicit ``mmpe ctx product k`` row with, for that row's calls only,
-  ``mmpe.models.layers.pe_attention.masked_softmax`` (the in-place softmax
+  ``mmpe.models.layers.attention_ops.masked_softmax`` (the in-place softmax
   built on the private ``aten._softmax.out`` /
   ``_softmax_backward_data.out``) replaced by ``torch.softmax(logits +
   mask, -1)``, resp. by ``logits.add_(mask)`` then ``torch.softmax(logits,
@@ -94,7 +94,7 @@ from mmdet.models.layers import DetrTransformerEncoder  # noqa: E402
 
 from mmpe.models.detectors.detr_irpe import \
     iRPEDetrTransformerEncoder  # noqa: E402
-from mmpe.models.layers import pe_attention  # noqa: E402
+from mmpe.models.layers import attention_ops  # noqa: E402
 from mmpe.models.layers.irpe_attention import \
     iRPEMultiheadAttention  # noqa: E402
 from mmpe.models.layers.irpe_flex import \
@@ -180,13 +180,13 @@ def plain_softmax(in_place_mask: bool = False) -> Iterator[None]:
     """Within the block, :class:`PEAttention`'s explicit backend uses a
     public ``torch.softmax`` instead of its in-place ``masked_softmax``
     (for one benchmark row; mmpe itself has no such switch)."""
-    saved = pe_attention.masked_softmax
-    pe_attention.masked_softmax = (
+    saved = attention_ops.masked_softmax
+    attention_ops.masked_softmax = (
         _softmax_add_ if in_place_mask else _softmax_plus)
     try:
         yield
     finally:
-        pe_attention.masked_softmax = saved
+        attention_ops.masked_softmax = saved
 
 
 # ---------------------------------------------------------------------------
