@@ -185,3 +185,38 @@ def test_training_graph_calls_the_attention_op(impl):
         exported = torch.export.export(call, (feat, mask))
     targets = {str(n.target) for n in exported.graph.nodes}
     assert not any(t.startswith('mmpe.') for t in targets)
+
+
+@pytest.mark.parametrize('impl', ['auto', 'chunked'])
+def test_dropout_training_compiles_once(impl):
+    """Attention dropout in the compiled training op: one graph, no break.
+    'chunked' draws its masks from a seed taken from the global generator,
+    so (aot_eager runs that draw eagerly) it equals eager for the same
+    torch.manual_seed; the default backend at these lengths is explicit,
+    whose eager dropout (F.dropout) draws other masks than the op."""
+    torch.manual_seed(0)
+    attn = iRPEMultiheadAttention(
+        16, 2, batch_first=True, attn_drop=0.3, attn_impl=impl, chunk_size=5,
+        rpe_on='qkv', rpe_cfg=dict(mode='contextual', method='product',
+                                   ratio=1.0, init='xavier'))
+    call = GridCall(attn, 0).train()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(
+        call, backend='aot_eager', fullgraph=True, dynamic=True)
+    for i, grid in enumerate(GRIDS):
+        feat, mask = _inputs(grid, i)
+        torch.manual_seed(100 + i)
+        got = _fwd_bwd(compiled, call, feat, mask)
+        assert all(torch.isfinite(g).all() for g in got[2].values())
+        if impl != 'chunked':
+            continue
+        torch.manual_seed(100 + i)
+        want = _fwd_bwd(call, call, feat, mask)
+        torch.testing.assert_close(got[0], want[0], **FWD_TOL)
+        torch.testing.assert_close(got[1], want[1], **FWD_TOL)
+        for name in want[2]:
+            torch.testing.assert_close(
+                got[2][name], want[2][name], **FWD_TOL, msg=name)
+    assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
+    assert not torch._dynamo.utils.counters['graph_break']

@@ -3,7 +3,8 @@ a backward that recomputes each chunk.
 
 For the attention of :class:`~mmpe.models.layers.PEAttention` (logits
 ``e = q k^T / sqrt(d) + sum_t T^t + m``, probabilities ``P = softmax(e)``,
-output ``O = P v + sum_t (value terms)``), the forward runs
+output ``O = P v + sum_t (value terms)``, with attention dropout on
+``P`` where asked), the forward runs
 :func:`~mmpe.models.layers.attention_ops.attention_probs` - the explicit
 backend's step - on ``R`` query rows at a time, so only a
 ``(B, H, R, L)`` block of logits ever exists, and saves ``q``, ``k``,
@@ -26,7 +27,8 @@ terms), and each term's adjoint on ``dE`` (logit terms) or on ``dP`` and
 backward, and the peak is ``O(B H R L)`` instead of ``O(B H L^2)``. With
 ``save_probs`` there is one chunk and the probabilities are saved instead
 of recomputed: the explicit backend's arithmetic and memory, used while a
-compiler traces the explicit backend.
+compiler traces the explicit backend. Dropout masks are not stored either:
+the backward draws them again (:class:`ChunkDropout`).
 
 Both passes are ``torch.library`` custom ops (``mmpe::attention``,
 ``mmpe::attention_backward``) with fake (meta) kernels and an autograd
@@ -83,10 +85,46 @@ def _buffer(like: Tensor, numel: int) -> Tensor:
     return like.new_empty(numel)
 
 
-def attention_forward(qs: Tensor, k: Tensor, v: Tensor,
-                      mask: Optional[Tensor], terms: Sequence[RelativeTerm],
+class ChunkDropout:
+    """Attention dropout whose masks the backward can draw again.
+
+    The masks come from a generator seeded once per call and are drawn
+    chunk by chunk in a fixed order, so the backward, drawing in the same
+    order, gets the forward's masks without storing them. Kept
+    probabilities are scaled by ``1 / (1 - p)`` (``F.dropout``'s
+    convention; the draws themselves differ from ``F.dropout``'s).
+
+    Args:
+        p (float): Drop probability; 0 disables.
+        seed (Tensor, optional): One integer, required when ``p > 0``.
+        device (torch.device): Device of the masks.
+    """
+
+    def __init__(self, p: float, seed: Optional[Tensor],
+                 device: torch.device) -> None:
+        self.p, self.gen = p, None
+        if p > 0:
+            self.gen = torch.Generator(device=device)
+            self.gen.manual_seed(int(seed))
+
+    def scale(self, like: Tensor, out: Tensor) -> Optional[Tensor]:
+        """The next mask as ``keep / (1 - p)`` in ``out`` (of ``like``'s
+        shape), or None without dropout."""
+        if self.gen is None:
+            return None
+        out = out.view(like.shape).bernoulli_(1 - self.p, generator=self.gen)
+        return out.div_(1 - self.p)
+
+
+def attention_forward(qs: Tensor,
+                      k: Tensor,
+                      v: Tensor,
+                      mask: Optional[Tensor],
+                      terms: Sequence[RelativeTerm],
                       chunk_size: int = 0,
-                      save_probs: bool = False) -> Tuple[Tensor, Tensor]:
+                      save_probs: bool = False,
+                      dropout: Optional[ChunkDropout] = None
+                      ) -> Tuple[Tensor, Tensor]:
     """The forward pass (no autograd graph).
 
     Args:
@@ -98,29 +136,39 @@ def attention_forward(qs: Tensor, k: Tensor, v: Tensor,
         terms (list[RelativeTerm]): Relative terms.
         chunk_size (int): Query rows per chunk (0: automatic).
         save_probs (bool): One chunk, and return the probabilities.
+        dropout (ChunkDropout, optional): Attention dropout (applied to the
+            probabilities that meet ``v`` and the value terms).
 
     Returns:
         tuple[Tensor, Tensor]: Output (B, H, L, dv) and the probabilities
-        (B, H, L, L) with ``save_probs``, else an empty tensor.
+        (B, H, L, L), before dropout, with ``save_probs``, else an empty
+        tensor.
     """
     logit_terms, value_terms = split_terms(terms)
+    dropout = dropout or ChunkDropout(0.0, None, qs.device)
     b, h, length, _ = qs.shape
     qs, k, v = qs.contiguous(), k.contiguous(), v.contiguous()
     if save_probs:
         probs = attention_probs(qs, k, logit_terms, mask)
-        out = probs @ v
+        dropped = probs
+        if dropout.gen is not None:
+            dropped = dropout.scale(probs, torch.empty_like(probs)).mul_(probs)
+        out = dropped @ v
         for term in value_terms:
-            out.add_(term.out_rows(probs, None))
+            out.add_(term.out_rows(dropped, None))
         return out, probs
     rows = chunk_rows(b * h, length, chunk_size)
     out = qs.new_empty(b, h, length, v.shape[-1])
     scratch = _buffer(qs, b * h * rows * length)
+    scratch_keep = _buffer(qs, 0 if dropout.gen is None else scratch.numel())
     for start, stop in _bounds(length, rows):
-        span = (start, stop)
-        logits = scratch[:b * h * (stop - start) * length].view(
-            b, h, stop - start, length)
+        span, numel = (start, stop), b * h * (stop - start) * length
+        logits = scratch[:numel].view(b, h, stop - start, length)
         probs = attention_probs(qs[:, :, start:stop], k, logit_terms, mask,
                                 span, out=logits)
+        keep = dropout.scale(probs, scratch_keep[:numel])
+        if keep is not None:
+            probs.mul_(keep)  # the undropped rows are not needed any more
         chunk = probs @ v  # (B, H, R, dv)
         for term in value_terms:
             chunk.add_(term.out_rows(probs, span))
@@ -128,10 +176,16 @@ def attention_forward(qs: Tensor, k: Tensor, v: Tensor,
     return out, qs.new_empty(0)
 
 
-def attention_backward(grad_out: Tensor, qs: Tensor, k: Tensor, v: Tensor,
-                       mask: Optional[Tensor], terms: Sequence[RelativeTerm],
+def attention_backward(grad_out: Tensor,
+                       qs: Tensor,
+                       k: Tensor,
+                       v: Tensor,
+                       mask: Optional[Tensor],
+                       terms: Sequence[RelativeTerm],
                        probs: Optional[Tensor] = None,
-                       chunk_size: int = 0) -> List[Tensor]:
+                       chunk_size: int = 0,
+                       dropout: Optional[ChunkDropout] = None
+                       ) -> List[Tensor]:
     """The backward pass: gradients of ``qs``, ``k``, ``v`` and of every
     term tensor (in :func:`encode_terms` order).
 
@@ -141,11 +195,14 @@ def attention_backward(grad_out: Tensor, qs: Tensor, k: Tensor, v: Tensor,
         probs (Tensor, optional): Saved probabilities (B, H, L, L) (one
             chunk); None: recomputed chunk by chunk.
         chunk_size (int): As :func:`attention_forward`.
+        dropout (ChunkDropout, optional): A fresh one with the forward's
+            seed: it draws the forward's masks again.
 
     Returns:
         list[Tensor]: ``[dqs, dk, dv, *dtensors]``.
     """
     logit_terms, value_terms = split_terms(terms)
+    dropout = dropout or ChunkDropout(0.0, None, qs.device)
     b, h, length, d = qs.shape
     n, dv_ = b * h, v.shape[-1]
     qs, k, v = qs.contiguous(), k.contiguous(), v.contiguous()
@@ -158,6 +215,10 @@ def attention_backward(grad_out: Tensor, qs: Tensor, k: Tensor, v: Tensor,
     rows = length if probs is not None else chunk_rows(n, length, chunk_size)
     scratch_p = None if probs is not None else _buffer(qs, n * rows * length)
     scratch_dp = _buffer(qs, n * rows * length)
+    # dropout: the masks and the dropped probabilities of a chunk
+    scratch_keep, scratch_pd = (_buffer(
+        qs, 0 if dropout.gen is None else n * rows * length)
+                                for _ in range(2))
     k3, v3 = k.view(n, length, d), v.view(n, length, dv_)
     dk3, dv3 = dk.view(n, length, d), dv.view(n, length, dv_)
     for start, stop in _bounds(length, rows):
@@ -169,15 +230,22 @@ def attention_backward(grad_out: Tensor, qs: Tensor, k: Tensor, v: Tensor,
             p = attention_probs(
                 q_rows, k, logit_terms, mask, span,
                 out=scratch_p[:n * r * length].view(b, h, r, length))
+        numel = n * r * length
+        keep = dropout.scale(p, scratch_keep[:numel])
+        # the probabilities that met v: dropped ones with dropout
+        pd = p if keep is None else torch.mul(
+            p, keep, out=scratch_pd[:numel].view(p.shape))
         go = grad_out[:, :, start:stop]  # (B, H, R, dv)
         # dP = dO v^T (+ the value terms' share), (B, H, R, L)
         dp = torch.matmul(go, v.transpose(-2, -1),
-                          out=scratch_dp[:n * r * length].view(b, h, r, length))
+                          out=scratch_dp[:numel].view(b, h, r, length))
         for term in value_terms:
-            term.backward_rows(dp, span, grads[id(term)], probs=p,
+            term.backward_rows(dp, span, grads[id(term)], probs=pd,
                                grad_out=go)
-        p3 = p.reshape(n, r, length)
-        dv3.baddbmm_(p3.transpose(1, 2), go.reshape(n, r, dv_))
+        dv3.baddbmm_(pd.reshape(n, r, length).transpose(1, 2),
+                     go.reshape(n, r, dv_))
+        if keep is not None:
+            dp.mul_(keep)  # through the dropout: the kept ones, scaled
         de = softmax_backward_(dp, p)  # dE, in dp's buffer on CPU
         de3 = de.reshape(n, r, length)
         dqs[:, :, start:stop] = torch.bmm(de3, k3).view(b, h, r, d)
@@ -193,16 +261,18 @@ def attention_backward(grad_out: Tensor, qs: Tensor, k: Tensor, v: Tensor,
 @torch.library.custom_op('mmpe::attention', mutates_args=())
 def _attention_op(qs: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                   tensors: List[Tensor], terms: str, height: int, width: int,
-                  chunk_size: int, save_probs: bool) -> Tuple[Tensor, Tensor]:
+                  chunk_size: int, save_probs: bool, dropout_p: float,
+                  seed: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     built = build_terms(terms, tensors, height, width, qs.shape[2])
     with torch.no_grad(), torch.autocast(qs.device.type, enabled=False):
         return attention_forward(qs, k, v, mask, built, chunk_size,
-                                 save_probs)
+                                 save_probs,
+                                 ChunkDropout(dropout_p, seed, qs.device))
 
 
 @_attention_op.register_fake
 def _attention_fake(qs, k, v, mask, tensors, terms, height, width,
-                    chunk_size, save_probs):
+                    chunk_size, save_probs, dropout_p, seed):
     b, h, length, _ = qs.shape
     out = qs.new_empty(b, h, length, v.shape[-1])
     probs = qs.new_empty((b, h, length, length) if save_probs else (0, ))
@@ -213,37 +283,42 @@ def _attention_fake(qs, k, v, mask, tensors, terms, height, width,
 def _attention_backward_op(grad_out: Tensor, qs: Tensor, k: Tensor,
                            v: Tensor, mask: Optional[Tensor],
                            tensors: List[Tensor], probs: Tensor, terms: str,
-                           height: int, width: int,
-                           chunk_size: int) -> List[Tensor]:
+                           height: int, width: int, chunk_size: int,
+                           dropout_p: float,
+                           seed: Optional[Tensor]) -> List[Tensor]:
     built = build_terms(terms, tensors, height, width, qs.shape[2])
     with torch.no_grad(), torch.autocast(qs.device.type, enabled=False):
         return attention_backward(grad_out, qs, k, v, mask, built,
                                   probs if probs.numel() else None,
-                                  chunk_size)
+                                  chunk_size,
+                                  ChunkDropout(dropout_p, seed, qs.device))
 
 
 @_attention_backward_op.register_fake
 def _attention_backward_fake(grad_out, qs, k, v, mask, tensors, probs,
-                             terms, height, width, chunk_size):
+                             terms, height, width, chunk_size, dropout_p,
+                             seed):
     # contiguous, as the real kernel returns them
     return [x.new_empty(x.shape) for x in (qs, k, v, *tensors)]
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    qs, k, v, mask, tensors, terms, height, width, chunk_size, _ = inputs
+    (qs, k, v, mask, tensors, terms, height, width, chunk_size, _,
+     dropout_p, seed) = inputs
     # the mask is never differentiated (as in the explicit backend)
-    ctx.save_for_backward(qs, k, v, output[1], mask, *tensors)
-    ctx.args = (terms, height, width, chunk_size)
+    ctx.save_for_backward(qs, k, v, output[1], mask, seed, *tensors)
+    ctx.args = (terms, height, width, chunk_size, dropout_p)
 
 
 def _backward(ctx, grad_out: Tensor, _grad_probs: Optional[Tensor]):
-    qs, k, v, probs, mask, *tensors = ctx.saved_tensors
-    terms, height, width, chunk_size = ctx.args
+    qs, k, v, probs, mask, seed, *tensors = ctx.saved_tensors
+    terms, height, width, chunk_size, dropout_p = ctx.args
     grads = torch.ops.mmpe.attention_backward(grad_out, qs, k, v, mask,
                                               tensors, probs, terms, height,
-                                              width, chunk_size)
+                                              width, chunk_size, dropout_p,
+                                              seed)
     dqs, dk, dv, *dtensors = grads
-    return (dqs, dk, dv, None, dtensors, None, None, None, None, None)
+    return (dqs, dk, dv, None, dtensors) + (None, ) * 7
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -257,7 +332,8 @@ def relative_attention(qs: Tensor,
                        height: int,
                        width: int,
                        chunk_size: int = 0,
-                       save_probs: bool = False) -> Tensor:
+                       save_probs: bool = False,
+                       dropout_p: float = 0.0) -> Tensor:
     """Attention with relative terms through ``mmpe::attention``.
 
     Args:
@@ -273,6 +349,8 @@ def relative_attention(qs: Tensor,
             (:func:`chunk_rows`).
         save_probs (bool): Save the probabilities instead of recomputing
             them (one chunk; the explicit backend's memory).
+        dropout_p (float): Attention dropout (:class:`ChunkDropout`, seeded
+            from the global generator).
 
     Returns:
         Tensor: (B, H, L, dv), differentiable in ``qs``, ``k``, ``v`` and
@@ -280,8 +358,11 @@ def relative_attention(qs: Tensor,
     """
     spec, tensors = encode_terms(terms)
     dtype = qs.dtype
+    # one seed per call, from the global generator (reproducible with
+    # torch.manual_seed); the backward draws the masks again from it
+    seed = torch.randint(2**62, (1, )) if dropout_p > 0 else None
     out, _ = torch.ops.mmpe.attention(
         qs, k.to(dtype), v.to(dtype), None if mask is None else mask.to(dtype),
         [x.to(dtype) for x in tensors], spec, height, width, chunk_size,
-        save_probs)
+        save_probs, float(dropout_p), seed)
     return out

@@ -73,8 +73,7 @@ class PEAttention(BaseModule):
               terms are a constant float mask of
               ``F.scaled_dot_product_attention``. Otherwise ``'explicit'``
               below :data:`AUTO_CHUNKED_FROM` tokens, and from there on
-              ``'chunked'`` (on CUDA ``'flex'`` where it applies); with
-              attention dropout while training always ``'explicit'``.
+              ``'chunked'`` (on CUDA ``'flex'`` where it applies).
             - ``'explicit'``: logits ``(B, H, L, L)``, the iRPE terms added
               into them in place, softmax, ``@ v`` (+ iRPE on values), kept
               for autograd's backward; inference as ``'auto'``.
@@ -82,7 +81,8 @@ class PEAttention(BaseModule):
               a time, with a backward that recomputes each chunk
               (:mod:`~mmpe.models.layers.chunked_attention`): exact, no
               ``(B, H, L, L)`` tensor kept, in training and inference.
-              No attention dropout.
+              Its attention dropout draws its own masks (redrawn, not
+              stored, for the backward).
             - ``'sdpa'``: the iRPE terms (with their gradient) materialised
               as the float mask of ``F.scaled_dot_product_attention``.
               iRPE on values is not possible there (it needs the
@@ -134,12 +134,6 @@ class PEAttention(BaseModule):
                                        or chunk_size <= 0):
             raise ValueError(f'Unsupported `chunk_size` {chunk_size!r}, '
                              'please choose an int > 0 or None (automatic)')
-        if attn_impl == 'chunked' and attn_drop > 0:
-            raise ValueError(
-                f"Unsupported `attn_drop` {attn_drop!r} with "
-                "attn_impl='chunked' (its backward recomputes the "
-                "probabilities), please choose `attn_drop` 0 or `attn_impl` "
-                "from ('auto', 'explicit', 'sdpa')")
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
@@ -259,15 +253,16 @@ class PEAttention(BaseModule):
         mask = additive_mask(attn_mask, key_padding_mask, q)
         if backend == 'chunked':
             return relative_attention(q * scale, k, v, mask, terms, height,
-                                      width, self.chunk_size or 0)
-        if (is_tracing() and not is_exporting() and self._dropout_p() == 0
-                and torch.is_grad_enabled()
+                                      width, self.chunk_size or 0,
+                                      dropout_p=self._dropout_p())
+        if (is_tracing() and not is_exporting() and torch.is_grad_enabled()
                 and (needs_grad or q.requires_grad or k.requires_grad
                      or v.requires_grad)):
             # a compiled training step: the explicit arithmetic as one
             # opaque op (in-place kernels, see chunked_attention.py)
             return relative_attention(q * scale, k, v, mask, terms, height,
-                                      width, save_probs=True)
+                                      width, save_probs=True,
+                                      dropout_p=self._dropout_p())
         return self._explicit(q, k, v, terms, mask, scale)
 
     def select_backend(self,
@@ -297,8 +292,7 @@ class PEAttention(BaseModule):
             return impl
         if self.rpe_v is None and not needs_grad:
             return 'sdpa'  # the terms as a constant mask of the fused kernel
-        if (impl == 'explicit' or length < AUTO_CHUNKED_FROM
-                or self._dropout_p() > 0):
+        if impl == 'explicit' or length < AUTO_CHUNKED_FROM:
             return 'explicit'
         return 'flex' if flex_ok and self.rpe_v is None else 'chunked'
 

@@ -237,10 +237,11 @@ def test_auto_rule():
     assert core_v.select_backend(short, needs_grad=False) == 'explicit'
     assert core_v.select_backend(long, needs_grad=False) == 'chunked'
     assert core_v.select_backend(long, True, flex_ok=True) == 'chunked'
-    # attention dropout while training: explicit (chunked recomputes)
+    # attention dropout changes nothing (chunked redraws its masks; flex is
+    # not applicable then, which the caller's flex_ok says)
     drop = PEAttention(8, 2, attn_drop=0.1, rpe_cfg=cfg).train()
-    assert drop.select_backend(long, needs_grad=True) == 'explicit'
-    assert drop.eval().select_backend(long, needs_grad=True) == 'chunked'
+    assert drop.select_backend(short, needs_grad=True) == 'explicit'
+    assert drop.select_backend(long, needs_grad=True) == 'chunked'
     # named backends are what they say; no iRPE is always SDPA
     for impl in ('explicit', 'chunked', 'sdpa', 'flex'):
         named = PEAttention(8, 2, rpe_cfg=cfg, attn_impl=impl)
@@ -341,3 +342,54 @@ def test_term_kinds_are_registered_once():
     with pytest.raises(ValueError, match="kind 'irpe' is registered twice"):
         register_term(Other)
 
+
+
+def test_chunked_dropout_matches_a_reference_with_its_masks():
+    """Attention dropout in the chunked backend: the forward's masks (drawn
+    per chunk from a generator seeded once per call) are drawn again by the
+    backward. Reference: softmax, the same masks reproduced here from the
+    same seed and draw order, ``* mask / (1 - p)``, ``@ v`` and iRPE on
+    values of the dropped probabilities, differentiated by autograd."""
+    cfg = dict(mode='contextual', method='cross', ratio=1.0,
+               shared_head=False, init='xavier')
+    p, rows, skip = 0.3, 4, 1
+    core = PEAttention(8, 2, rpe_cfg=cfg, rpe_on='qkv', skip=skip,
+                       attn_drop=p, attn_impl='chunked',
+                       chunk_size=rows).double().train()
+    explicit = PEAttention(8, 2, rpe_cfg=cfg, rpe_on='qkv', skip=skip,
+                           attn_impl='explicit').double()
+    explicit.load_state_dict(core.state_dict())
+    q, k, v, mask = _inputs(skip)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    torch.manual_seed(11)
+    out = core.attend(*leaves, GRID, mask)
+
+    # the masks: one seed from the global generator, then per chunk
+    torch.manual_seed(11)
+    gen = torch.Generator().manual_seed(int(torch.randint(2**62, (1, ))))
+    n = q.shape[2]
+    keep = torch.cat([
+        torch.empty(2, 2, min(rows, n - s), n,
+                    dtype=torch.float64).bernoulli_(1 - p, generator=gen)
+        for s in range(0, n, rows)
+    ], dim=2)
+    assert 0 < float(keep.mean()) < 1
+    ref_leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    qr, kr, vr = ref_leaves
+    scale = 1 / math.sqrt(4)
+    logits = (qr * scale) @ kr.transpose(-1, -2)
+    for term in explicit.relative_terms(qr, kr, scale, *GRID)[:2]:
+        logits = logits + term.dense()[0]
+    logits = logits.masked_fill(mask[:, None, None], float('-inf'))
+    dropped = logits.softmax(-1) * keep / (1 - p)
+    ref = dropped @ vr + explicit.rpe_v(dropped, *GRID)
+    torch.testing.assert_close(out, ref, **F64_TOL)
+    grad = torch.randn(out.shape, dtype=out.dtype)
+    out.backward(grad)
+    ref.backward(grad)
+    for got, want in zip(leaves, ref_leaves):
+        torch.testing.assert_close(got.grad, want.grad, **F64_TOL)
+    for letter in 'qkv':  # the reference's tables are explicit's
+        torch.testing.assert_close(
+            getattr(core, f'rpe_{letter}').table.grad,
+            getattr(explicit, f'rpe_{letter}').table.grad, **F64_TOL)

@@ -130,8 +130,6 @@ def test_bad_arguments_name_the_value_and_choices():
         PEAttention(16, 2, attn_impl='fused')
     with pytest.raises(ValueError, match=r'chunk_size.*0.*int > 0'):
         PEAttention(16, 2, rpe_cfg={}, chunk_size=0)
-    with pytest.raises(ValueError, match=r"attn_drop.*0.1.*'chunked'"):
-        PEAttention(16, 2, rpe_cfg={}, attn_drop=0.1, attn_impl='chunked')
     with pytest.raises(ValueError, match=r'rpe_cfg.skip.*2.*skip.*1'):
         PEAttention(16, 2, rpe_cfg=dict(skip=2), skip=1)
     with pytest.raises(ValueError, match=r'num_heads.*3'):
