@@ -49,8 +49,8 @@ from .attention_terms import (RelativeTerm, build_terms, encode_terms,
 #: Query rows per chunk of the automatic rule: a (B, H, R, L) block stays
 #: in cache (measured on CPU, docs/benchmark.md, "Long sequences").
 CHUNK_ROWS = 64
-#: Most elements of one (B, H, R, L) block (two live at a time; float32:
-#: 2 x 16 MB): fewer rows for large ``B * H * L``.
+#: Most elements of one (B, H, R, L) block (two live at a time, four with
+#: dropout; float32: 2 x 16 MB): fewer rows for large ``B * H * L``.
 CHUNK_ELEMENTS = 2**22
 #: Fewest query rows per chunk (smaller chunks lose matmul efficiency).
 MIN_CHUNK_ROWS = 16
