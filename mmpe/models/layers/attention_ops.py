@@ -135,8 +135,8 @@ def attention_probs(qs: Tensor,
         mask (Tensor, optional): Additive mask of all rows, broadcastable
             to (B, H, L, L).
         rows (tuple[int, int], optional): The query rows; None: all.
-        out (Tensor, optional): A (B, H, R, L) buffer for the logits, which
-            become the probabilities; None: a fresh one.
+        out (Tensor, optional): A contiguous (B, H, R, L) buffer for the
+            logits, which become the probabilities; None: a fresh one.
 
     Returns:
         Tensor: Probabilities (B, H, R, L).
@@ -144,7 +144,11 @@ def attention_probs(qs: Tensor,
     if out is None:
         logits = qs @ k.transpose(-2, -1)  # (B, H, R, L), fresh
     else:
-        logits = torch.matmul(qs, k.transpose(-2, -1), out=out)
+        # one batch item at a time: (H, R, d) and (H, L, d) views of any
+        # strides (heads split from a projection) need no copy
+        for i in range(qs.shape[0]):
+            torch.bmm(qs[i], k[i].transpose(-2, -1), out=out[i])
+        logits = out
     for term in terms:
         logits = term.add_rows(logits, rows)
     return masked_softmax(logits, mask_rows(mask, rows))

@@ -15,11 +15,12 @@ position, Li et al. 2022) or, weighted by the probabilities, to the output
 (``explicit``, ``sdpa``, ``chunked``) sees a term only through the interface
 below, so a new term needs no change to any backend:
 
-* :attr:`RelativeTerm.tensors`: the term's differentiable inputs, small
-  per-query lookups (``(B, H, L, K)``, e.g. ``x @ table^T``) or tables.
-  The chunked backend saves them for its backward and returns their
-  gradients; the rest of the graph (how the lookups came from ``q``, ``k``
-  and the parameters) is ordinary autograd.
+* :attr:`RelativeTerm.tensors`: the term's differentiable inputs, e.g. the
+  scaled queries and a table (from which the term computes its per-query
+  lookups ``x @ table^T`` for the rows at hand), small per-query lookups
+  (``(B, H, L, K)``) or tables. The chunked backend saves them for its
+  backward and returns their gradients; the rest of the graph (how they
+  came from ``q``, ``k`` and the parameters) is ordinary autograd.
 * logit terms: :meth:`RelativeTerm.add_rows` adds ``T[rows, :]`` into a
   ``(B, H, R, L)`` block of logits, and :meth:`RelativeTerm.backward_rows`
   its adjoint: given ``dL/dT[rows, :]`` it accumulates the gradients of
@@ -29,7 +30,8 @@ below, so a new term needs no change to any backend:
   rows), :meth:`RelativeTerm.begin_backward` (per-call work on the output
   gradient) and :meth:`RelativeTerm.backward_rows` (adds
   ``dL/dz_i . r_ij`` into the probabilities' gradient and accumulates the
-  gradients of :attr:`tensors`).
+  gradients of :attr:`tensors`); :meth:`RelativeTerm.end_backward` after
+  the last range.
 
 ``rows`` is ``(start, stop)``, a range of query tokens, or None for all of
 them; with None the methods must be differentiable by autograd (the
@@ -127,6 +129,10 @@ class RelativeTerm:
         backward (value terms)."""
 
     # -- both --------------------------------------------------------------
+    def end_backward(self, grads: List[Tensor]) -> None:
+        """Work after the last range of rows (e.g. gradients accumulated
+        over the ranges taken through to :attr:`tensors`)."""
+
     def backward_rows(self, grad: Tensor, rows: Tuple[int, int],
                       grads: List[Tensor], probs: Optional[Tensor] = None,
                       grad_out: Optional[Tensor] = None) -> None:

@@ -147,7 +147,6 @@ def attention_forward(qs: Tensor,
     logit_terms, value_terms = split_terms(terms)
     dropout = dropout or ChunkDropout(0.0, None, qs.device)
     b, h, length, _ = qs.shape
-    qs, k, v = qs.contiguous(), k.contiguous(), v.contiguous()
     if save_probs:
         probs = attention_probs(qs, k, logit_terms, mask)
         dropped = probs
@@ -169,10 +168,10 @@ def attention_forward(qs: Tensor,
         keep = dropout.scale(probs, scratch_keep[:numel])
         if keep is not None:
             probs.mul_(keep)  # the undropped rows are not needed any more
-        chunk = probs @ v  # (B, H, R, dv)
+        for i in range(b):  # (H, R, L) @ (H, L, dv), v in any strides
+            out[i, :, start:stop] = torch.bmm(probs[i], v[i])
         for term in value_terms:
-            chunk.add_(term.out_rows(probs, span))
-        out[:, :, start:stop] = chunk
+            out[:, :, start:stop] += term.out_rows(probs, span)
     return out, qs.new_empty(0)
 
 
@@ -204,9 +203,7 @@ def attention_backward(grad_out: Tensor,
     logit_terms, value_terms = split_terms(terms)
     dropout = dropout or ChunkDropout(0.0, None, qs.device)
     b, h, length, d = qs.shape
-    n, dv_ = b * h, v.shape[-1]
-    qs, k, v = qs.contiguous(), k.contiguous(), v.contiguous()
-    grad_out = grad_out.contiguous()
+    n = b * h
     dqs = qs.new_empty(qs.shape)
     dk, dv = k.new_zeros(k.shape), v.new_zeros(v.shape)
     grads = {id(t): [x.new_zeros(x.shape) for x in t.tensors] for t in terms}
@@ -219,8 +216,6 @@ def attention_backward(grad_out: Tensor,
     scratch_keep, scratch_pd = (_buffer(
         qs, 0 if dropout.gen is None else n * rows * length)
                                 for _ in range(2))
-    k3, v3 = k.view(n, length, d), v.view(n, length, dv_)
-    dk3, dv3 = dk.view(n, length, d), dv.view(n, length, dv_)
     for start, stop in _bounds(length, rows):
         span, r = (start, stop), stop - start
         q_rows = qs[:, :, start:stop]
@@ -235,23 +230,25 @@ def attention_backward(grad_out: Tensor,
         # the probabilities that met v: dropped ones with dropout
         pd = p if keep is None else torch.mul(
             p, keep, out=scratch_pd[:numel].view(p.shape))
-        go = grad_out[:, :, start:stop]  # (B, H, R, dv)
+        go = grad_out[:, :, start:stop]  # (B, H, R, dv), any strides
         # dP = dO v^T (+ the value terms' share), (B, H, R, L)
-        dp = torch.matmul(go, v.transpose(-2, -1),
-                          out=scratch_dp[:numel].view(b, h, r, length))
+        dp = scratch_dp[:numel].view(b, h, r, length)
+        for i in range(b):
+            torch.bmm(go[i], v[i].transpose(-2, -1), out=dp[i])
+            dv[i].baddbmm_(pd[i].transpose(-2, -1), go[i])
         for term in value_terms:
             term.backward_rows(dp, span, grads[id(term)], probs=pd,
                                grad_out=go)
-        dv3.baddbmm_(pd.reshape(n, r, length).transpose(1, 2),
-                     go.reshape(n, r, dv_))
         if keep is not None:
             dp.mul_(keep)  # through the dropout: the kept ones, scaled
         de = softmax_backward_(dp, p)  # dE, in dp's buffer on CPU
-        de3 = de.reshape(n, r, length)
-        dqs[:, :, start:stop] = torch.bmm(de3, k3).view(b, h, r, d)
-        dk3.baddbmm_(de3.transpose(1, 2), q_rows.reshape(n, r, d))
+        for i in range(b):
+            dqs[i, :, start:stop] = torch.bmm(de[i], k[i])
+            dk[i].baddbmm_(de[i].transpose(-2, -1), q_rows[i])
         for term in logit_terms:
             term.backward_rows(de, span, grads[id(term)])
+    for term in terms:
+        term.end_backward(grads[id(term)])
     return [dqs, dk, dv] + [g for t in terms for g in grads[id(t)]]
 
 

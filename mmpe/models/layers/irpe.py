@@ -21,7 +21,7 @@ from .cache import CacheInfo
 from .irpe_index import (INDEX_FUNCS, METHODS, get_bucket_ids_2d,
                          get_num_buckets, max_index, num_buckets_per_table)
 from .irpe_plans import PLAN_CACHE
-from .irpe_terms import IRPETerm
+from .irpe_terms import IRPETerm, bucket_lookup
 
 @MODELS.register_module()
 class iRPE(BaseModule):
@@ -326,10 +326,7 @@ class iRPE(BaseModule):
         Returns:
             Tensor: (B, num_heads, L, num_buckets), in the dtype of ``x``.
         """
-        table = self.table.to(x.dtype)
-        if self.shared_head:
-            return torch.matmul(x, table[0].t())
-        return torch.matmul(x, table.transpose(1, 2))
+        return bucket_lookup(x, self.table.to(x.dtype), self.shared_head)
 
     def term(self, x: Tensor, height: int, width: int) -> IRPETerm:
         """This module's relative term of one attention call.
@@ -341,12 +338,11 @@ class iRPE(BaseModule):
             width (int): Grid width.
 
         Returns:
-            IRPETerm: Its tensor is the lookup (contextual q / k) or the
-            table in the dtype of ``x``.
+            IRPETerm: Its tensors are ``x`` and the table (contextual q /
+            k), or the table, in the dtype of ``x``.
         """
+        tensors = [self.table.to(x.dtype)]
         if self.mode == 'contextual' and self.on != 'v':
-            tensor = self.lookup(x)
-        else:
-            tensor = self.table.to(x.dtype)
-        return IRPETerm(self._term_spec, [tensor], height, width,
+            tensors.insert(0, x)
+        return IRPETerm(self._term_spec, tensors, height, width,
                         self.skip + height * width, self._term_spec_json)

@@ -25,6 +25,23 @@ from .irpe_plans import Expand, ExpandAdd, ProductPlan, Reduce, get_plan
 from .tracing import is_tracing
 
 
+def bucket_lookup(x: Tensor, table: Tensor, shared: bool) -> Tensor:
+    """Eq. 27's per-bucket lookup ``x @ table^T``.
+
+    Args:
+        x (Tensor): Scaled queries (iRPE on keys) or keys (on queries),
+            (B, H, R, d).
+        table (Tensor): (H', num_buckets, d), ``H' = 1`` if ``shared``.
+        shared (bool): One table for all heads.
+
+    Returns:
+        Tensor: (B, H, R, num_buckets).
+    """
+    if shared:
+        return torch.matmul(x, table[0].t())
+    return torch.matmul(x, table.transpose(1, 2))
+
+
 def _spatial_range(span: Rows, skip: int) -> Rows:
     """Token range -> spatial range (skip tokens dropped); None stays."""
     if span is None:
@@ -38,10 +55,14 @@ class IRPETerm(RelativeTerm):
 
     Args (those of :class:`RelativeTerm`):
         spec (dict): :meth:`iRPE.term_spec` of the module.
-        tensors (list[Tensor]): One tensor: contextual on q / k the lookup
-            ``x @ table^T`` (B, H, L, num_buckets) of the scaled keys /
-            queries; bias the table (H', num_buckets); on v the table
-            (H', num_buckets, head_dim). In the dtype of the attention.
+        tensors (list[Tensor]): Contextual on q / k: the scaled queries (on
+            'k') or keys (on 'q') ``x`` (B, H, L, head_dim) and the table
+            (H', num_buckets, head_dim); the lookup ``x @ table^T`` (B, H,
+            L, num_buckets) is computed from them, for the rows at hand
+            (on 'k') or once per pass (on 'q'), so neither it nor its
+            gradient outlives a pass. Bias: the table (H', num_buckets);
+            on v: the table (H', num_buckets, head_dim). In the dtype of
+            the attention.
         height (int): Grid height.
         width (int): Grid width.
         length (int): Tokens ``skip + height * width``.
@@ -60,6 +81,10 @@ class IRPETerm(RelativeTerm):
         self.extras = tuple(spec['extras'])
         self.num_buckets = spec['num_buckets']
         self._plan = None
+        self._shared = spec['shared_head']
+        # per pass (chunked backend): the whole lookup of iRPE on queries,
+        # its gradient, and the value term's dL/d(bucket sums)
+        self._lookup_all: Optional[Tensor] = None
         self._grad_lookup: Optional[Tensor] = None
 
     @property
@@ -173,10 +198,23 @@ class IRPETerm(RelativeTerm):
             term = self.expand(values, None, rows)[None].transpose(-1, -2)
         return term.expand(1, heads, r, length)
 
+    def _lookup(self, rows: Rows) -> Tensor:
+        """The lookup (B, H, R, nb) of the viewer rows ``rows``; on 'q' the
+        viewers are the keys, all of them, computed once per pass."""
+        x, table = self.tensors
+        if rows is None:
+            return bucket_lookup(x, table, self._shared)
+        if self.on == 'k':
+            return bucket_lookup(x[:, :, rows[0]:rows[1]], table,
+                                 self._shared)
+        if self._lookup_all is None:
+            self._lookup_all = bucket_lookup(x, table, self._shared)
+        return self._lookup_all
+
     def _contextual_q_term(self, rows: Rows) -> Tensor:
         """Contextual on q: (B, H, R, L), ``T[i, j] = lookup[j, b(j, i)]``
         for the query rows, a transposed view."""
-        lookup = self.tensors[0]
+        lookup = self._lookup(None if rows is None else (0, self.length))
         b, h, length = lookup.shape[:3]
         r = length if rows is None else rows[1] - rows[0]
         term = self.expand(lookup.reshape(b * h, length, -1), None, rows)
@@ -187,7 +225,7 @@ class IRPETerm(RelativeTerm):
             return self._bias_term(self._spec['num_heads'], None), False
         if self.on == 'q':
             return self._contextual_q_term(None), True
-        lookup = self.tensors[0]
+        lookup = self._lookup(None)
         b, h, length = lookup.shape[:3]
         term = self.expand(lookup.reshape(b * h, length, -1))
         return term.view(b, h, length, length), True
@@ -197,9 +235,7 @@ class IRPETerm(RelativeTerm):
             return logits.add_(self._bias_term(logits.shape[1], rows))
         if self.on == 'q':
             return logits.add_(self._contextual_q_term(rows))
-        lookup = self.tensors[0]
-        if rows is not None:
-            lookup = lookup[:, :, rows[0]:rows[1]]
+        lookup = self._lookup(rows)
         b, h, r = lookup.shape[:3]
         return self._add_expanded(logits, lookup.reshape(b * h, r, -1), rows)
 
@@ -262,7 +298,36 @@ class IRPETerm(RelativeTerm):
             return
         if self.on == 'k':
             red = self.reduce(grad.reshape(b * h, r, length), rows)
-            grads[0][:, :, start:stop] += red.view(b, h, r, -1)
-        else:  # the rows are the others of every key's block
-            g = grad.reshape(b * h, r, length).transpose(1, 2)  # (N, L, R)
-            grads[0] += self.reduce(g, None, rows).view(b, h, length, -1)
+            self._lookup_backward(red.view(b, h, r, -1), rows, grads)
+            return
+        # on 'q' the rows are the others of every key's block: accumulate
+        # the gradient of the whole lookup, taken through at end_backward
+        g = grad.reshape(b * h, r, length).transpose(1, 2)  # (N, L, R)
+        red = self.reduce(g, None, rows).view(b, h, length, -1)
+        if self._grad_lookup is None:
+            self._grad_lookup = red
+        else:
+            self._grad_lookup += red
+
+    def end_backward(self, grads: List[Tensor]) -> None:
+        if self.mode == 'contextual' and self.on == 'q' and (
+                self._grad_lookup is not None):
+            self._lookup_backward(self._grad_lookup, None, grads)
+        self._grad_lookup = self._lookup_all = None
+
+    def _lookup_backward(self, grad: Tensor, rows: Rows,
+                         grads: List[Tensor]) -> None:
+        """Through ``lookup = x @ table^T`` of the rows (None: all):
+        ``dx += dlookup @ table``, ``dtable += dlookup^T x``."""
+        x, table = self.tensors
+        if rows is not None:
+            x = x[:, :, rows[0]:rows[1]]
+        dx = grads[0] if rows is None else grads[0][:, :, rows[0]:rows[1]]
+        if self._shared:
+            dx += torch.matmul(grad, table[0])
+            grads[1][0].addmm_(
+                grad.reshape(-1, grad.shape[-1]).t(),
+                x.reshape(-1, x.shape[-1]))
+        else:
+            dx += torch.matmul(grad, table)
+            grads[1].add_(torch.matmul(grad.transpose(-1, -2), x).sum(0))

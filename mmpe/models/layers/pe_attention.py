@@ -233,7 +233,12 @@ class PEAttention(BaseModule):
             if out is not None:
                 return out
             impl = 'explicit'
-        terms = self.relative_terms(*terms_qk, scale, height, width)
+        # the scaled unrotated queries are the logits' queries without RoPE:
+        # one tensor, kept once for the backward
+        qs = terms_qk[0] * scale
+        ks = terms_qk[1] * scale if self.rpe_q is not None else None
+        terms = self.relative_terms(qs, ks, height, width)
+        q_logits = qs if rope is None else q * scale
         needs_grad = torch.is_grad_enabled() and any(
             x.requires_grad for term in terms for x in term.tensors)
         flex_ok = (q.device.type == 'cuda' and rope is None
@@ -252,7 +257,7 @@ class PEAttention(BaseModule):
                               scale, needs_grad)
         mask = additive_mask(attn_mask, key_padding_mask, q)
         if backend == 'chunked':
-            return relative_attention(q * scale, k, v, mask, terms, height,
+            return relative_attention(q_logits, k, v, mask, terms, height,
                                       width, self.chunk_size or 0,
                                       dropout_p=self._dropout_p())
         if (is_tracing() and not is_exporting() and torch.is_grad_enabled()
@@ -260,10 +265,12 @@ class PEAttention(BaseModule):
                      or v.requires_grad)):
             # a compiled training step: the explicit arithmetic as one
             # opaque op (in-place kernels, see chunked_attention.py)
-            return relative_attention(q * scale, k, v, mask, terms, height,
+            return relative_attention(q_logits, k, v, mask, terms, height,
                                       width, save_probs=True,
                                       dropout_p=self._dropout_p())
-        return self._explicit(q, k, v, terms, mask, scale)
+        # a separate product, as always (shared with the terms, autograd
+        # would sum the gradients of q in another order)
+        return self._explicit(q * scale, k, v, terms, mask)
 
     def select_backend(self,
                        length: int,
@@ -299,7 +306,7 @@ class PEAttention(BaseModule):
     # ------------------------------------------------------------------
     # relative terms
     # ------------------------------------------------------------------
-    def relative_terms(self, q: Tensor, k: Tensor, scale: float, height: int,
+    def relative_terms(self, qs: Tensor, ks: Optional[Tensor], height: int,
                        width: int) -> List[RelativeTerm]:
         """The relative terms of one call, in the order they are added:
         iRPE on keys (from the scaled queries), on queries (from the scaled
@@ -307,20 +314,22 @@ class PEAttention(BaseModule):
         docs/design.md, "How to add a relative term").
 
         Args:
-            q (Tensor): Unrotated queries (B, H, L, head_dims).
-            k (Tensor): Unrotated keys (B, H, L, head_dims).
-            scale (float): ``1 / sqrt(head_dims)``.
+            qs (Tensor): Unrotated queries times ``1 / sqrt(head_dims)``
+                (B, H, L, head_dims); without RoPE the very tensor the
+                logits use.
+            ks (Tensor, optional): Unrotated keys, scaled alike; None when
+                no term reads them (no iRPE on queries).
             height (int): Grid height.
             width (int): Grid width.
 
         Returns:
             list[RelativeTerm]: Logit terms, then value terms.
         """
-        terms = [rpe.term(x * scale, height, width)
-                 for rpe, x in ((self.rpe_k, q), (self.rpe_q, k))
+        terms = [rpe.term(x, height, width)
+                 for rpe, x in ((self.rpe_k, qs), (self.rpe_q, ks))
                  if rpe is not None]
         if self.rpe_v is not None:
-            terms.append(self.rpe_v.term(q, height, width))
+            terms.append(self.rpe_v.term(qs, height, width))
         return terms
 
     def _dropout_p(self) -> float:
@@ -329,13 +338,14 @@ class PEAttention(BaseModule):
     # ------------------------------------------------------------------
     # backends
     # ------------------------------------------------------------------
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor,
-                  terms: List[RelativeTerm], mask: Optional[Tensor],
-                  scale: float) -> Tensor:
-        """(B, H, L, L) logits with the terms added in place, softmax, and
-        the value terms; autograd's backward."""
+    def _explicit(self, qs: Tensor, k: Tensor, v: Tensor,
+                  terms: List[RelativeTerm],
+                  mask: Optional[Tensor]) -> Tensor:
+        """(B, H, L, L) logits of the scaled queries ``qs`` with the terms
+        added in place, softmax, and the value terms; autograd's
+        backward."""
         logit_terms, value_terms = split_terms(terms)
-        attn = attention_probs(q * scale, k, logit_terms, mask)
+        attn = attention_probs(qs, k, logit_terms, mask)
         drop = self._dropout_p()
         if drop > 0:
             attn = F.dropout(attn, drop, True)

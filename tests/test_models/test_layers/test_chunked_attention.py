@@ -379,7 +379,7 @@ def test_chunked_dropout_matches_a_reference_with_its_masks():
     qr, kr, vr = ref_leaves
     scale = 1 / math.sqrt(4)
     logits = (qr * scale) @ kr.transpose(-1, -2)
-    for term in explicit.relative_terms(qr, kr, scale, *GRID)[:2]:
+    for term in explicit.relative_terms(qr * scale, kr * scale, *GRID)[:2]:
         logits = logits + term.dense()[0]
     logits = logits.masked_fill(mask[:, None, None], float('-inf'))
     dropped = logits.softmax(-1) * keep / (1 - p)
@@ -400,7 +400,8 @@ class _DecomposedRelPos(RelativeTerm):
     """ViTDet's decomposed relative position (Li et al. 2022) written as a
     relative term, to show that one plugs in without backend changes:
     ``e_ij += rel_h[i, jy] + rel_w[i, jx]`` with the per-query lookups
-    ``rel_h = q . R_h[iy - jy]`` (B, H, L, h) and ``rel_w`` (B, H, L, w)."""
+    ``rel_h = q . R_h[iy - jy]`` (B, H, L, h) and ``rel_w`` (B, H, L, w)
+    (of the scaled queries here)."""
 
     kind = 'test-decomposed-rel-pos'
 
@@ -438,12 +439,12 @@ class _WithDecomposed(PEAttention):
         self.rel_w = torch.nn.Parameter(torch.randn(2 * GRID[1] - 1, 4,
                                                     generator=g))
 
-    def relative_terms(self, q, k, scale, height, width):
-        terms = super().relative_terms(q, k, scale, height, width)
+    def relative_terms(self, qs, ks, height, width):
+        terms = super().relative_terms(qs, ks, height, width)
         ys, xs = torch.arange(height), torch.arange(width)
         r_h = self.rel_h[ys[:, None] - ys[None] + height - 1]  # (h, h, d)
         r_w = self.rel_w[xs[:, None] - xs[None] + width - 1]  # (w, w, d)
-        qg = q.unflatten(2, (height, width))  # (B, H, h, w, d)
+        qg = qs.unflatten(2, (height, width))  # (B, H, h, w, d), scaled
         rel_h = torch.einsum('bnyxd,ykd->bnyxk', qg, r_h).flatten(2, 3)
         rel_w = torch.einsum('bnyxd,xkd->bnyxk', qg, r_w).flatten(2, 3)
         return terms + [_DecomposedRelPos({}, [rel_h, rel_w], height, width,
@@ -486,8 +487,8 @@ def test_a_new_relative_term_runs_on_every_backend(decomposed_kind, impl):
     n, (hh, ww) = q.shape[2], GRID
     extra = torch.stack([
         torch.stack([
-            qr[:, :, i] @ (tables[0][i // ww - j // ww + hh - 1] +
-                           tables[1][i % ww - j % ww + ww - 1])
+            (qr[:, :, i] * scale) @ (tables[0][i // ww - j // ww + hh - 1] +
+                                     tables[1][i % ww - j % ww + ww - 1])
             for j in range(n)
         ], -1) for i in range(n)
     ], 2)  # (B, H, L, L)
