@@ -226,6 +226,9 @@ class PEAttention(BaseModule):
             # nothing padded (no sync on CPU); a graph keeps the zero mask
             key_padding_mask = None
         scale = 1.0 / math.sqrt(q.shape[-1])
+        if not self.rpe_on:  # no relative term: the fused kernel
+            return self._sdpa(q, k, v, [], attn_mask, key_padding_mask, scale,
+                              False)
         impl = self.attn_impl
         if impl == 'flex':
             out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
@@ -238,7 +241,6 @@ class PEAttention(BaseModule):
         qs = terms_qk[0] * scale
         ks = terms_qk[1] * scale if self.rpe_q is not None else None
         terms = self.relative_terms(qs, ks, height, width)
-        q_logits = qs if rope is None else q * scale
         needs_grad = torch.is_grad_enabled() and any(
             x.requires_grad for term in terms for x in term.tensors)
         flex_ok = (q.device.type == 'cuda' and rope is None
@@ -256,6 +258,7 @@ class PEAttention(BaseModule):
             return self._sdpa(q, k, v, terms, attn_mask, key_padding_mask,
                               scale, needs_grad)
         mask = additive_mask(attn_mask, key_padding_mask, q)
+        q_logits = qs if rope is None else q * scale
         if backend == 'chunked':
             return relative_attention(q_logits, k, v, mask, terms, height,
                                       width, self.chunk_size or 0,
