@@ -117,22 +117,32 @@ def _fwd_bwd(fn, module, feat, mask):
     return out.detach(), feat.grad, grads
 
 
+def _fresh_compile(call):
+    """``call`` compiled (aot_eager, fullgraph, dynamic) with dynamo's
+    caches and counters reset."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    return torch.compile(
+        call, backend='aot_eager', fullgraph=True, dynamic=True)
+
+
+def _assert_equal(got, want):
+    """Output, input gradient and every weight's gradient."""
+    torch.testing.assert_close(got[0], want[0], **FWD_TOL)
+    torch.testing.assert_close(got[1], want[1], **FWD_TOL)
+    for name in want[2]:
+        torch.testing.assert_close(
+            got[2][name], want[2][name], **FWD_TOL, msg=name)
+
+
 @pytest.mark.parametrize('case', CASES, ids=_case_id)
 def test_attention_compiles_once_and_equals_eager(case):
     call = GridCall(_module(case), case.get('skip', 0)).train()
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(
-        call, backend='aot_eager', fullgraph=True, dynamic=True)
+    compiled = _fresh_compile(call)
     for i, grid in enumerate(GRIDS):
         feat, mask = _inputs(grid, i)
         got = _fwd_bwd(compiled, call, feat, mask)
-        want = _fwd_bwd(call, call, feat, mask)
-        torch.testing.assert_close(got[0], want[0], **FWD_TOL)
-        torch.testing.assert_close(got[1], want[1], **FWD_TOL)
-        for name in want[2]:
-            torch.testing.assert_close(
-                got[2][name], want[2][name], **FWD_TOL, msg=name)
+        _assert_equal(got, _fwd_bwd(call, call, feat, mask))
     stats = torch._dynamo.utils.counters['stats']
     assert stats['unique_graphs'] == 1
     assert not torch._dynamo.utils.counters['graph_break']
@@ -200,10 +210,7 @@ def test_dropout_training_compiles_once(impl):
         rpe_on='qkv', rpe_cfg=dict(mode='contextual', method='product',
                                    ratio=1.0, init='xavier'))
     call = GridCall(attn, 0).train()
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(
-        call, backend='aot_eager', fullgraph=True, dynamic=True)
+    compiled = _fresh_compile(call)
     for i, grid in enumerate(GRIDS):
         feat, mask = _inputs(grid, i)
         torch.manual_seed(100 + i)
@@ -212,11 +219,6 @@ def test_dropout_training_compiles_once(impl):
         if impl != 'chunked':
             continue
         torch.manual_seed(100 + i)
-        want = _fwd_bwd(call, call, feat, mask)
-        torch.testing.assert_close(got[0], want[0], **FWD_TOL)
-        torch.testing.assert_close(got[1], want[1], **FWD_TOL)
-        for name in want[2]:
-            torch.testing.assert_close(
-                got[2][name], want[2][name], **FWD_TOL, msg=name)
+        _assert_equal(got, _fwd_bwd(call, call, feat, mask))
     assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
     assert not torch._dynamo.utils.counters['graph_break']

@@ -1,23 +1,16 @@
 """Smoke tests of the long-sequence part of tools/benchmark/attention.py
 (``--long``): the rows, ratios and aims of a tiny run, and one peak-memory
 row in its own process. No timing is asserted."""
-import importlib.util
 import json
-import os.path as osp
 
 import pytest
 import torch
 
-ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
+from test_benchmark_and_visualisers import _tool as _script
 
 
 def _tool():
-    path = osp.join(ROOT, 'tools', 'benchmark', 'attention.py')
-    spec = importlib.util.spec_from_file_location(
-        'mmpe_tool_benchmark_attention_long', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script('benchmark', 'attention.py')
 
 
 def test_long_benchmark_quick_json(tmp_path):

@@ -121,6 +121,17 @@ def test_chunked_with_rope_equals_explicit():
     _assert_same(got, want)
 
 
+def _assert_fwd_bwd(out, ref, leaves, ref_leaves, tables, ref_tables):
+    """``out == ref``, and after one random backward through each, equal
+    gradients of the inputs and of the tables."""
+    torch.testing.assert_close(out, ref, **F64_TOL)
+    grad = torch.randn(out.shape, dtype=out.dtype)
+    out.backward(grad)
+    ref.backward(grad)
+    for got, want in zip(leaves + tables, ref_leaves + ref_tables):
+        torch.testing.assert_close(got.grad, want.grad, **F64_TOL)
+
+
 def _loop_attention(q, k, v, mask, tables, grid, skip):
     """Eq. 13-17 of the iRPE paper, one (batch, head, i, j) at a time.
 
@@ -177,16 +188,9 @@ def test_chunked_matches_a_loop_reference():
         letter: (getattr(core, f'rpe_{letter}'), tabs[letter])
         for letter in 'qkv'
     }, grid, skip)
-    torch.testing.assert_close(out, ref, **F64_TOL)
-    grad = torch.randn(out.shape, dtype=out.dtype)
-    out.backward(grad)
-    ref.backward(grad)
-    for got, want in zip(leaves, ref_leaves):
-        torch.testing.assert_close(got.grad, want.grad, **F64_TOL)
-    for letter in 'qkv':
-        torch.testing.assert_close(
-            getattr(core, f'rpe_{letter}').table.grad, tabs[letter].grad,
-            **F64_TOL)
+    _assert_fwd_bwd(out, ref, leaves, ref_leaves,
+                    [getattr(core, f'rpe_{c}').table for c in 'qkv'],
+                    [tabs[c] for c in 'qkv'])
 
 
 def _saved_shapes(core, skip, grid, no_grad=False):
@@ -384,16 +388,10 @@ def test_chunked_dropout_matches_a_reference_with_its_masks():
     logits = logits.masked_fill(mask[:, None, None], float('-inf'))
     dropped = logits.softmax(-1) * keep / (1 - p)
     ref = dropped @ vr + explicit.rpe_v(dropped, *GRID)
-    torch.testing.assert_close(out, ref, **F64_TOL)
-    grad = torch.randn(out.shape, dtype=out.dtype)
-    out.backward(grad)
-    ref.backward(grad)
-    for got, want in zip(leaves, ref_leaves):
-        torch.testing.assert_close(got.grad, want.grad, **F64_TOL)
-    for letter in 'qkv':  # the reference's tables are explicit's
-        torch.testing.assert_close(
-            getattr(core, f'rpe_{letter}').table.grad,
-            getattr(explicit, f'rpe_{letter}').table.grad, **F64_TOL)
+    # the reference's tables are explicit's
+    _assert_fwd_bwd(out, ref, leaves, ref_leaves,
+                    [getattr(core, f'rpe_{c}').table for c in 'qkv'],
+                    [getattr(explicit, f'rpe_{c}').table for c in 'qkv'])
 
 
 class _DecomposedRelPos(RelativeTerm):
