@@ -37,6 +37,14 @@ for i, (mode, method, rpe_on) in enumerate(
             rpe_on=rpe_on,
             skip=i % 2,
             layout='timm' if i % 4 == 1 else 'mmcv'))
+# the chunked backend (the custom op mmpe::attention, chunks of 5 query
+# rows: never a multiple of the grids' lengths below)
+CHUNKED = [
+    dict(CASES[i], impl='chunked')
+    for i in range(len(CASES))
+    if CASES[i]['rpe_cfg']['method'] in ('product', 'euclidean') or i % 5 == 0
+]
+CASES += CHUNKED
 CASES += [
     dict(rope_cfg=dict(type='rope2d'), layout='mmcv'),
     dict(rope_cfg=dict(type='rope-mixed'), layout='mmcv'),
@@ -51,15 +59,16 @@ def _case_id(case):
             '+irpe' if case.get('both') else '')
     cfg = case['rpe_cfg']
     return (f"{cfg['mode']}-{cfg['method']}-{case['rpe_on']}-"
-            f"skip{case['skip']}-{case['layout']}")
+            f"skip{case['skip']}-{case['layout']}-{case.get('impl', 'auto')}")
 
 
 def _module(case):
     torch.manual_seed(0)
+    impl = dict(attn_impl=case.get('impl', 'auto'), chunk_size=5)
     if case['layout'] == 'timm':
         return ViTAttention(
             16, 2, rpe_cfg=case['rpe_cfg'], rpe_on=case['rpe_on'],
-            skip=case['skip'])
+            skip=case['skip'], **impl)
     rpe = case.get('rpe_cfg')
     if case.get('both'):  # RoPE and iRPE in one attention
         rpe = dict(mode='contextual', method='product', ratio=1.0)
@@ -67,7 +76,7 @@ def _module(case):
     if rpe is not None:
         kwargs['rpe_on'] = case.get('rpe_on', 'k')
         kwargs['rpe_cfg'] = dict(rpe, skip=case.get('skip', 0))
-    return iRPEMultiheadAttention(16, 2, batch_first=True, **kwargs)
+    return iRPEMultiheadAttention(16, 2, batch_first=True, **kwargs, **impl)
 
 
 class GridCall(torch.nn.Module):
@@ -108,22 +117,32 @@ def _fwd_bwd(fn, module, feat, mask):
     return out.detach(), feat.grad, grads
 
 
+def _fresh_compile(call):
+    """``call`` compiled (aot_eager, fullgraph, dynamic) with dynamo's
+    caches and counters reset."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    return torch.compile(
+        call, backend='aot_eager', fullgraph=True, dynamic=True)
+
+
+def _assert_equal(got, want):
+    """Output, input gradient and every weight's gradient."""
+    torch.testing.assert_close(got[0], want[0], **FWD_TOL)
+    torch.testing.assert_close(got[1], want[1], **FWD_TOL)
+    for name in want[2]:
+        torch.testing.assert_close(
+            got[2][name], want[2][name], **FWD_TOL, msg=name)
+
+
 @pytest.mark.parametrize('case', CASES, ids=_case_id)
 def test_attention_compiles_once_and_equals_eager(case):
     call = GridCall(_module(case), case.get('skip', 0)).train()
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(
-        call, backend='aot_eager', fullgraph=True, dynamic=True)
+    compiled = _fresh_compile(call)
     for i, grid in enumerate(GRIDS):
         feat, mask = _inputs(grid, i)
         got = _fwd_bwd(compiled, call, feat, mask)
-        want = _fwd_bwd(call, call, feat, mask)
-        torch.testing.assert_close(got[0], want[0], **FWD_TOL)
-        torch.testing.assert_close(got[1], want[1], **FWD_TOL)
-        for name in want[2]:
-            torch.testing.assert_close(
-                got[2][name], want[2][name], **FWD_TOL, msg=name)
+        _assert_equal(got, _fwd_bwd(call, call, feat, mask))
     stats = torch._dynamo.utils.counters['stats']
     assert stats['unique_graphs'] == 1
     assert not torch._dynamo.utils.counters['graph_break']
@@ -144,3 +163,62 @@ def test_inference_path_compiles_once(case):
             torch.testing.assert_close(
                 compiled(feat, mask), call(feat, mask), **FWD_TOL)
     assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
+
+
+@pytest.mark.parametrize('impl', ['auto', 'chunked'])
+def test_training_graph_calls_the_attention_op(impl):
+    """A compiled training step runs the attention core as the opaque
+    custom op mmpe::attention (eager in-place kernels), the default backend
+    (explicit at these lengths, probabilities saved) and 'chunked' alike.
+    Without gradients the default graph has no custom op (SDPA); 'chunked'
+    keeps its bounded-memory forward there, but not under torch.export."""
+    case = dict(CASES[0], impl=impl)
+    call = GridCall(_module(case), 0)
+    graphs = []
+
+    def record(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    feat, mask = _inputs(GRIDS[0], 0)
+    torch._dynamo.reset()
+    compiled = torch.compile(call, backend=record, fullgraph=True,
+                             dynamic=True)
+    compiled(feat.requires_grad_(True), mask)
+    with torch.no_grad():
+        compiled(feat, mask)
+    ops = [{str(n.target) for n in gm.graph.nodes} for gm in graphs]
+    assert len(ops) == 2
+    assert 'mmpe.attention' in ops[0], ops[0]
+    assert ('mmpe.attention' in ops[1]) == (impl == 'chunked')
+    with torch.no_grad():
+        exported = torch.export.export(call, (feat, mask))
+    targets = {str(n.target) for n in exported.graph.nodes}
+    assert not any(t.startswith('mmpe.') for t in targets)
+
+
+@pytest.mark.parametrize('impl', ['auto', 'chunked'])
+def test_dropout_training_compiles_once(impl):
+    """Attention dropout in the compiled training op: one graph, no break.
+    'chunked' draws its masks from a seed taken from the global generator,
+    so (aot_eager runs that draw eagerly) it equals eager for the same
+    torch.manual_seed; the default backend at these lengths is explicit,
+    whose eager dropout (F.dropout) draws other masks than the op."""
+    torch.manual_seed(0)
+    attn = iRPEMultiheadAttention(
+        16, 2, batch_first=True, attn_drop=0.3, attn_impl=impl, chunk_size=5,
+        rpe_on='qkv', rpe_cfg=dict(mode='contextual', method='product',
+                                   ratio=1.0, init='xavier'))
+    call = GridCall(attn, 0).train()
+    compiled = _fresh_compile(call)
+    for i, grid in enumerate(GRIDS):
+        feat, mask = _inputs(grid, i)
+        torch.manual_seed(100 + i)
+        got = _fwd_bwd(compiled, call, feat, mask)
+        assert all(torch.isfinite(g).all() for g in got[2].values())
+        if impl != 'chunked':
+            continue
+        torch.manual_seed(100 + i)
+        _assert_equal(got, _fwd_bwd(call, call, feat, mask))
+    assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
+    assert not torch._dynamo.utils.counters['graph_break']

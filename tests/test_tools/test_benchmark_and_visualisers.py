@@ -160,7 +160,7 @@ def test_attention_benchmark_quick_json(tmp_path):
 def test_attention_benchmark_plain_softmax_is_the_same_layer(add_):
     """The A/B's plain variant computes what the in-place softmax does
     (forward and backward), and only inside its block."""
-    from mmpe.models.layers import iRPEMultiheadAttention, pe_attention
+    from mmpe.models.layers import attention_ops, iRPEMultiheadAttention
     tool = _tool('benchmark', 'attention.py')
     torch.manual_seed(0)
     layer = iRPEMultiheadAttention(
@@ -178,12 +178,12 @@ def test_attention_benchmark_plain_softmax_is_the_same_layer(add_):
         out.backward(grad)
         return out.detach(), xg.grad, layer.rpe_k.table.grad.clone()
 
-    original = pe_attention.masked_softmax
+    original = attention_ops.masked_softmax
     want = run()
     with tool.plain_softmax(add_):
-        assert pe_attention.masked_softmax is not original
+        assert attention_ops.masked_softmax is not original
         got = run()
-    assert pe_attention.masked_softmax is original
+    assert attention_ops.masked_softmax is original
     for g, w in zip(got, want):
         # same float32 arithmetic up to the softmax's rounding
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

@@ -24,7 +24,7 @@ Rows (layer level):
   ``F.scaled_dot_product_attention`` (no iRPE on values there);
 * ``mmpe ctx product k (plain softmax)`` and ``(plain softmax, add_)`` - the
   explicit ``mmpe ctx product k`` row with, for that row's calls only,
-  ``mmpe.models.layers.pe_attention.masked_softmax`` (the in-place softmax
+  ``mmpe.models.layers.attention_ops.masked_softmax`` (the in-place softmax
   built on the private ``aten._softmax.out`` /
   ``_softmax_backward_data.out``) replaced by ``torch.softmax(logits +
   mask, -1)``, resp. by ``logits.add_(mask)`` then ``torch.softmax(logits,
@@ -81,6 +81,7 @@ from datetime import datetime, timezone
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
+import torch._dynamo
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -93,7 +94,7 @@ from mmdet.models.layers import DetrTransformerEncoder  # noqa: E402
 
 from mmpe.models.detectors.detr_irpe import \
     iRPEDetrTransformerEncoder  # noqa: E402
-from mmpe.models.layers import pe_attention  # noqa: E402
+from mmpe.models.layers import attention_ops  # noqa: E402
 from mmpe.models.layers.irpe_attention import \
     iRPEMultiheadAttention  # noqa: E402
 from mmpe.models.layers.irpe_flex import \
@@ -179,13 +180,13 @@ def plain_softmax(in_place_mask: bool = False) -> Iterator[None]:
     """Within the block, :class:`PEAttention`'s explicit backend uses a
     public ``torch.softmax`` instead of its in-place ``masked_softmax``
     (for one benchmark row; mmpe itself has no such switch)."""
-    saved = pe_attention.masked_softmax
-    pe_attention.masked_softmax = (
+    saved = attention_ops.masked_softmax
+    attention_ops.masked_softmax = (
         _softmax_add_ if in_place_mask else _softmax_plus)
     try:
         yield
     finally:
-        pe_attention.masked_softmax = saved
+        attention_ops.masked_softmax = saved
 
 
 # ---------------------------------------------------------------------------
@@ -600,6 +601,372 @@ def print_table(title: str, recs: List[dict]) -> None:
               f'{_fmt(r["fwd_mem_ratio"], ".2f"):>6}')
 
 
+
+# ---------------------------------------------------------------------------
+# long sequences: iRPE against the fused no-RPE path at L = 1050 ... 8192
+# ---------------------------------------------------------------------------
+#: token grids of the long-sequence rows (L = h * w): a DETR grid, a
+#: 1024 x 1024 image at stride 16, a 1024 x 2048 one
+LONG_GRIDS = {1050: (25, 42), 4096: (64, 64), 8192: (64, 128)}
+#: head configurations: (embed_dims, num_heads, layout)
+HEAD_CFGS = {'vit-s': (384, 6, 'timm'), 'detr': (256, 8, 'mmcv')}
+LONG_BASE = 'mmpe no RPE'
+LONG_CTX = 'mmpe ctx product k'
+#: variant -> PEAttention arguments (None: no RPE, the fused SDPA path);
+#: names without a backend use the default attn_impl ('auto')
+LONG_VARIANTS = {
+    LONG_BASE: None,
+    LONG_CTX: dict(mode='contextual', rpe_on='k'),
+    'mmpe ctx product k (explicit)': dict(
+        mode='contextual', rpe_on='k', attn_impl='explicit'),
+    'mmpe ctx product k (chunked)': dict(
+        mode='contextual', rpe_on='k', attn_impl='chunked'),
+    'mmpe bias product k': dict(mode='bias', rpe_on='k'),
+    'mmpe ctx product qkv': dict(mode='contextual', rpe_on='qkv'),
+}
+LONG_MODES = ('eager', 'compiled')
+#: aims (fwd+bwd, x the fused no-RPE row of the same mode and run)
+LONG_AIMS = dict(time_long=1.6, memory_long=1.5, time_1050=1.6)
+
+
+class LongCall(nn.Module):
+    """One attention layer over the tokens of a feature map.
+
+    ``forward(feat, mask)``: ``feat`` (B, C, h, w), ``mask`` (B, h, w) bool
+    (True = padding) -> (B, h * w, C); the grid is read from the map's
+    shape, so under ``torch.compile(dynamic=True)`` it is symbolic. The
+    timm layout (:class:`ViTAttention`, the CPVT blocks) or mmcv's
+    (:class:`iRPEMultiheadAttention`, the DETR encoders).
+    """
+
+    def __init__(self, module: nn.Module, layout: str) -> None:
+        super().__init__()
+        self.module, self.layout = module, layout
+
+    def forward(self, feat: Tensor, mask: Tensor) -> Tensor:
+        height, width = feat.shape[-2:]
+        x = feat.flatten(2).transpose(1, 2)  # (B, C, h, w) -> (B, h*w, C)
+        mask = mask.flatten(1)
+        if self.layout == 'timm':
+            return self.module(x, (height, width), key_padding_mask=mask)
+        return self.module(x, key_padding_mask=mask,
+                           spatial_shape=(height, width))
+
+
+def long_module(variant: str, cfg: str) -> LongCall:
+    """The layer of a long-sequence row (seeded, Xavier iRPE tables)."""
+    from mmpe.models.layers import ViTAttention
+    dims, heads, layout = HEAD_CFGS[cfg]
+    spec = LONG_VARIANTS[variant]
+    kwargs = {}
+    if spec is not None:
+        spec = dict(spec)
+        kwargs = dict(rpe_on=spec.pop('rpe_on'),
+                      attn_impl=spec.pop('attn_impl', 'auto'),
+                      rpe_cfg=dict(_rpe_cfg('bias' if spec['mode'] == 'bias'
+                                            else 'ctx', 'product')))
+    torch.manual_seed(0)
+    if layout == 'timm':
+        module = ViTAttention(dims, heads, **kwargs)
+    else:
+        module = iRPEMultiheadAttention(dims, heads, batch_first=True,
+                                        **kwargs)
+    return LongCall(module, layout)
+
+
+class LongInputs:
+    """Feature map (B, C, h, w), its mask (B, h, w) and the output
+    gradient (B, h * w, C); with B > 1 the last image is padded by
+    ``pad`` at the bottom / right (as mmdet pads a batch)."""
+
+    def __init__(self, batch: int, grid: Tuple[int, int], dims: int,
+                 pad: float, device: torch.device) -> None:
+        gen = torch.Generator().manual_seed(0)
+        h, w = grid
+        self.grid = grid
+        self.x = torch.randn(batch, dims, h, w, generator=gen).to(device)
+        self.grad = torch.randn(batch, h * w, dims, generator=gen).to(device)
+        mask = torch.zeros(batch, h, w, dtype=torch.bool)
+        if batch > 1 and pad > 0:
+            mask[-1, h - int(pad * h):] = True
+            mask[-1, :, w - int(pad * w):] = True
+        self.mask = mask.to(device)
+
+
+def _long_call(m: nn.Module, x: Tensor, s: LongInputs) -> Tensor:
+    return m(x, s.mask)
+
+
+def long_batch(length: int, args: argparse.Namespace) -> int:
+    """Batch of a length: ``--long-batch``, else 2 up to 2048 tokens (a
+    DETR batch) and 1 above (one large image per step fits a CPU)."""
+    if args.long_batch:
+        return args.long_batch
+    return 2 if length <= 2048 else 1
+
+
+def long_rows(length: int, cfg: str, args: argparse.Namespace,
+              device: torch.device) -> List[Row]:
+    """Eager and compiled rows of every variant of one (length, heads)."""
+    from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
+    pattern = re.compile(args.variants) if args.variants else None
+    rows = []
+    for variant in LONG_VARIANTS:
+        spec = LONG_VARIANTS[variant] or {}
+        impl = spec.get('attn_impl')
+        if variant not in (LONG_BASE, LONG_CTX) and pattern is not None \
+                and not pattern.search(variant):
+            continue
+        if impl == 'explicit' and length > args.explicit_max_length:
+            continue  # (B, H, L, L) buffers of GBs: opt-in
+        if impl is not None and (length >= AUTO_CHUNKED_FROM) == (
+                impl == 'chunked'):
+            continue  # what the default row already runs
+        for mode in args.modes:
+            call = long_module(variant, cfg).to(device)
+            module = call if mode == 'eager' else torch.compile(
+                call, backend=args.backend, dynamic=True)
+            row = Row(f'{variant} {mode}', module, _long_call, True, False)
+            row.variant, row.mode = variant, mode
+            rows.append(row)
+    return rows
+
+
+def _rss_kb(field: str) -> int:
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    raise RuntimeError(f'{field} not in /proc/self/status')
+
+
+def rss_peak(run: Callable[[], None]) -> Optional[float]:
+    """Bytes by which the resident set's high-water mark rose during
+    ``run()`` (Linux): free heap pages are returned first (``malloc_trim``)
+    and the mark is reset (``/proc/self/clear_refs``), so every page the
+    run touches counts, tensors or not (allocator caches, MKL buffers)."""
+    import ctypes
+    import gc
+    try:
+        gc.collect()
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')  # VmHWM := VmRSS
+        base = _rss_kb('VmRSS')
+    except OSError:
+        return None
+    run()
+    return float(_rss_kb('VmHWM') - base) * 1024
+
+
+def memory_row(spec: dict) -> dict:
+    """Peak memory of one row's fwd+bwd, in this (fresh) process: the
+    tensor peak (:func:`peak_memory`) and the RSS peak (:func:`rss_peak`),
+    after two warm-up runs (compilation, caches)."""
+    if spec.get('threads'):
+        torch.set_num_threads(spec['threads'])
+    device = torch.device(spec['device'])
+    length = spec['length']
+    grid = tuple(spec['grid'])
+    dims = HEAD_CFGS[spec['cfg']][0]
+    s = LongInputs(spec['batch'], grid, dims, spec['pad'], device)
+    call = long_module(spec['variant'], spec['cfg']).to(device)
+    module = call if spec['mode'] == 'eager' else torch.compile(
+        call, backend=spec['backend'], dynamic=True)
+    row = Row(spec['variant'], module, _long_call, True, False)
+    for _ in range(2):
+        _clear_grads(row)
+        _run(row, s, 'fwd_bwd')
+    _clear_grads(row)
+    rss = None if device.type == 'cuda' else rss_peak(
+        lambda: _run(row, s, 'fwd_bwd'))
+    tensors = peak_memory(row, s, 'fwd_bwd', device)
+    return dict(length=length, tensor_peak=tensors, rss_peak=rss)
+
+
+def _memory_subprocess(spec: dict) -> dict:
+    """:func:`memory_row` in a fresh interpreter (so that one row's pages
+    and caches do not hide another's)."""
+    import subprocess
+    cmd = [sys.executable, os.path.abspath(__file__), '--long-memory-row',
+           json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep +
+                                   os.environ.get('PYTHONPATH', '')))
+    for line in proc.stdout.splitlines():
+        if line.startswith('MEMORY '):
+            return json.loads(line[len('MEMORY '):])
+    raise RuntimeError(f'memory row {spec} failed:\n{proc.stderr[-3000:]}')
+
+
+def long_group(length: int, grid: Tuple[int, int], cfg: str,
+               args: argparse.Namespace, device: torch.device) -> dict:
+    """Time (interleaved rounds) and measure one (length, heads) group."""
+    batch = long_batch(length, args)
+    dims = HEAD_CFGS[cfg][0]
+    s = LongInputs(batch, grid, dims, args.pad, device)
+    rows = long_rows(length, cfg, args, device)
+    counters = torch._dynamo.utils.counters
+    for row in rows:  # warm-up: compilation, plan caches
+        counters.clear()
+        row.first = time_once(row, s, 'fwd_bwd', device)
+        row.graphs = int(counters['stats']['unique_graphs'])
+        row.breaks = int(sum(counters['graph_break'].values()))
+        if args.verbose:
+            print(f'  {length} {cfg} {row.name}: first f+b {row.first:.1f} s',
+                  flush=True)
+    for row in rows:
+        row.cpu = []
+    for r in range(args.rounds):
+        for row in rows:
+            cpu0 = time.process_time()
+            row.times['fwd_bwd'].append(time_once(row, s, 'fwd_bwd', device))
+            row.cpu.append(time.process_time() - cpu0)
+        if args.verbose:
+            print(f'  round {r + 1}/{args.rounds} done', flush=True)
+    if not args.no_memory:
+        for row in rows:
+            spec = dict(length=length, grid=list(grid), cfg=cfg,
+                        variant=row.variant, mode=row.mode, batch=batch,
+                        pad=args.pad, device=str(device),
+                        backend=args.backend,
+                        threads=torch.get_num_threads())
+            mem = _memory_subprocess(spec)
+            row.peak['fwd_bwd'] = mem['tensor_peak']
+            row.rss = mem['rss_peak']
+    recs = []
+    for row in rows:
+        ts = row.times['fwd_bwd']
+        recs.append(dict(
+            name=row.name, variant=row.variant, mode=row.mode,
+            fwd_bwd_ms=statistics.median(ts) * 1e3,
+            fwd_bwd_ms_all=[t * 1e3 for t in ts], first_s=row.first,
+            cpu_ms=statistics.median(row.cpu) * 1e3,
+            cpu_ms_all=[t * 1e3 for t in row.cpu],
+            graphs=row.graphs, graph_breaks=row.breaks,
+            peak_mb=(None if row.peak['fwd_bwd'] is None else
+                     row.peak['fwd_bwd'] / 2**20),
+            rss_mb=(None if getattr(row, 'rss', None) is None else
+                    row.rss / 2**20)))
+    by = {(r['variant'], r['mode']): r for r in recs}
+    for r in recs:
+        base = by.get((LONG_BASE, r['mode']))
+        eager = by.get((r['variant'], 'eager'))
+        r['x'] = r['fwd_bwd_ms'] / base['fwd_bwd_ms'] if base else None
+        r['cpu_x'] = r['cpu_ms'] / base['cpu_ms'] if base else None
+        # per round: rows are interleaved, each pair saw one background
+        r['x_rounds'] = ([a / b for a, b in zip(r['fwd_bwd_ms_all'],
+                                               base['fwd_bwd_ms_all'])]
+                         if base else None)
+        r['c_e'] = (r['fwd_bwd_ms'] / eager['fwd_bwd_ms']
+                    if r['mode'] == 'compiled' and eager else None)
+        r['cpu_c_e'] = (r['cpu_ms'] / eager['cpu_ms']
+                        if r['mode'] == 'compiled' and eager else None)
+        r['c_e_rounds'] = (
+            [a / b for a, b in zip(r['fwd_bwd_ms_all'],
+                                   eager['fwd_bwd_ms_all'])]
+            if r['mode'] == 'compiled' and eager else None)
+        for key in ('peak_mb', 'rss_mb'):
+            ok = base and r[key] is not None and base[key]
+            r[key.replace('_mb', '_x')] = r[key] / base[key] if ok else None
+    return dict(length=length, grid=list(grid), cfg=cfg, batch=batch,
+                rows=recs)
+
+
+def long_aims(groups: List[dict]) -> List[dict]:
+    """The aims on the default contextual-product-on-keys row (eager) and
+    compiled < eager for every iRPE row."""
+    out = []
+    for g in groups:
+        by = {(r['variant'], r['mode']): r for r in g['rows']}
+        ctx = by.get((LONG_CTX, 'eager'))
+        tag = f"L={g['length']} {g['cfg']}"
+        if ctx is not None:
+            if g['length'] >= 4096:
+                out.append(dict(aim=f'{tag} time <= {LONG_AIMS["time_long"]}x',
+                                value=ctx['x'],
+                                met=ctx['x'] <= LONG_AIMS['time_long']))
+                if ctx['peak_x'] is not None:
+                    out.append(dict(
+                        aim=f'{tag} peak memory <= '
+                        f'{LONG_AIMS["memory_long"]}x',
+                        value=ctx['peak_x'],
+                        met=ctx['peak_x'] <= LONG_AIMS['memory_long']))
+            elif g['length'] == 1050:
+                out.append(dict(aim=f'{tag} time <= {LONG_AIMS["time_1050"]}x',
+                                value=ctx['x'],
+                                met=ctx['x'] <= LONG_AIMS['time_1050']))
+        for r in g['rows']:
+            if r['c_e'] is not None and r['variant'] != LONG_BASE:
+                out.append(dict(aim=f'{tag} {r["variant"]} compiled < eager',
+                                value=r['c_e'], met=r['c_e'] < 1))
+    return out
+
+
+def print_long(g: dict) -> None:
+    print(f"\nL = {g['length']} ({g['grid'][0]}x{g['grid'][1]}), {g['cfg']} "
+          f"({HEAD_CFGS[g['cfg']][1]} heads x "
+          f"{HEAD_CFGS[g['cfg']][0] // HEAD_CFGS[g['cfg']][1]}), batch "
+          f"{g['batch']}; x = / '{LONG_BASE}' of the same mode")
+    head = (f'{"row":<38}{"f+b ms":>9}{"x":>6}{"c/e":>6}{"cpu x":>6}'
+            f'{"cpu c/e":>8}{"peak MB":>8}{"x":>6}{"RSS MB":>8}{"x":>6}'
+            f'{"1st s":>7}{"brk":>4}')
+    print(head)
+    print('-' * len(head))
+    for r in g['rows']:
+        print(f'{r["name"]:<38}{_fmt(r["fwd_bwd_ms"], ".0f"):>9}'
+              f'{_fmt(r["x"], ".2f"):>6}{_fmt(r["c_e"], ".2f"):>6}'
+              f'{_fmt(r["cpu_x"], ".2f"):>6}{_fmt(r["cpu_c_e"], ".2f"):>8}'
+              f'{_fmt(r["peak_mb"], ".0f"):>8}{_fmt(r["peak_x"], ".2f"):>6}'
+              f'{_fmt(r["rss_mb"], ".0f"):>8}{_fmt(r["rss_x"], ".2f"):>6}'
+              f'{r["first_s"]:>7.1f}{r["graph_breaks"]:>4}')
+
+
+def long_main(args: argparse.Namespace) -> dict:
+    """The long-sequence benchmark (``--long``)."""
+    device = benchmark_device(args)
+    load = os.getloadavg() if hasattr(os, 'getloadavg') else None
+    torch._dynamo.config.recompile_limit = 64
+    results = dict(env=dict(
+        date=datetime.now(timezone.utc).isoformat(timespec='seconds'),
+        torch=torch.__version__, device=str(device),
+        device_name=platform.processor() or platform.machine(),
+        cpu_count=os.cpu_count(), threads=torch.get_num_threads(),
+        load_avg_start=load), args={
+            k: v for k, v in vars(args).items() if k != 'grids'
+        }, groups=[])
+    print(f'torch {torch.__version__} on {device}, '
+          f'{torch.get_num_threads()} threads, load average {load}; median '
+          f'of {args.rounds} interleaved rounds')
+    grids = args.long_grids or [LONG_GRIDS[n] for n in args.lengths]
+    for grid in grids:
+        length = grid[0] * grid[1]
+        for cfg in args.head_cfgs:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                g = long_group(length, grid, cfg, args, device)
+            results['groups'].append(g)
+            print_long(g)
+            if args.out:  # partial results survive an interruption
+                _write_json(results, args.out)
+    results['aims'] = long_aims(results['groups'])
+    print('\naims:')
+    for a in results['aims']:
+        print(f"  {a['aim']}: {a['value']:.2f} "
+              f"{'met' if a['met'] else 'NOT met'}")
+    results['env']['load_avg_end'] = (os.getloadavg() if hasattr(
+        os, 'getloadavg') else None)
+    if args.out:
+        _write_json(results, args.out)
+        print(f'\nwrote {args.out}')
+    return results
+
+
+def _write_json(results: dict, out: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, 'w') as f:
+        json.dump(results, f, indent=1)
+
 def _grid(text: str) -> Tuple[int, int]:
     m = re.fullmatch(r'(\d+)x(\d+)', text)
     if not m:
@@ -651,6 +1018,32 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         help='also profile (torch.profiler) the fwd+bwd of matching rows')
     parser.add_argument('--out', help='write the results as JSON here')
     parser.add_argument('--verbose', action='store_true')
+    group = parser.add_argument_group(
+        'long sequences (--long): one layer, fused no-RPE path against iRPE')
+    group.add_argument('--long', action='store_true',
+                       help='run the long-sequence benchmark instead')
+    group.add_argument('--lengths', nargs='+', type=int,
+                       default=[1050, 4096, 8192],
+                       choices=sorted(LONG_GRIDS),
+                       help='token counts (grids: 25x42, 64x64, 64x128)')
+    group.add_argument('--long-grids', nargs='+', type=_grid, default=None,
+                       help='grids HxW instead of --lengths')
+    group.add_argument('--head-cfgs', nargs='+', default=list(HEAD_CFGS),
+                       choices=list(HEAD_CFGS),
+                       help='vit-s: 384 dims, 6 heads (timm layout); '
+                       'detr: 256 dims, 8 heads (mmcv layout)')
+    group.add_argument('--long-batch', type=int, default=None,
+                       help='batch of every length (default: 2 up to 2048 '
+                       'tokens, 1 above)')
+    group.add_argument('--modes', nargs='+', default=list(LONG_MODES),
+                       choices=list(LONG_MODES))
+    group.add_argument('--backend', default='inductor',
+                       help='torch.compile backend of the compiled rows')
+    group.add_argument('--explicit-max-length', type=int, default=4096,
+                       help='longest L with the explicit row (its (B, H, L, '
+                       'L) buffers: 1.6 GB each at 8192, ViT-S, batch 1)')
+    group.add_argument('--long-memory-row', default=None,
+                       help=argparse.SUPPRESS)  # internal: one memory row
     args = parser.parse_args(argv)
     if args.quick:
         args.grids, args.dims, args.heads = [(6, 8)], 64, 4
@@ -674,6 +1067,12 @@ def benchmark_device(args: argparse.Namespace) -> torch.device:
 
 def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
+    if args.long_memory_row:
+        print('MEMORY ' + json.dumps(memory_row(json.loads(
+            args.long_memory_row))), flush=True)
+        return {}
+    if args.long:
+        return long_main(args)
     device = benchmark_device(args)
     flex_ok = {
         'fwd_bwd':

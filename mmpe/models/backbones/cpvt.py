@@ -116,9 +116,11 @@ class CPVT(BaseModule):
             :data:`RPE_ON_CHOICES`, default 'k'). Defaults to None, i.e.
             ``dict(mode='contextual', method='product', ratio=1.9,
             rpe_on='k')`` for ``'irpe'``.
-        attn_impl (str): Attention backend of every block, ``'explicit'``,
-            ``'sdpa'`` or ``'flex'`` (see :class:`~mmpe.models.layers.
-            PEAttention`). Defaults to 'explicit'.
+        attn_impl (str): Attention backend of every block, ``'auto'``,
+            ``'explicit'``, ``'chunked'``, ``'sdpa'`` or ``'flex'`` (see
+            :class:`~mmpe.models.layers.PEAttention`). Defaults to 'auto'
+            (explicit on short sequences, chunked from
+            ``AUTO_CHUNKED_FROM`` tokens on while training).
         frozen_stages (int): -1 freezes nothing; 0 the patch embedding,
             class token and position table; ``k >= 1`` also blocks
             ``0 .. k-1``, their PEGs and RoPE-Mixed frequencies;
@@ -159,7 +161,7 @@ class CPVT(BaseModule):
                  sine_temperature: float = 10000.,
                  rope_theta: Optional[float] = None,
                  rpe_cfg: Optional[dict] = None,
-                 attn_impl: str = 'explicit',
+                 attn_impl: str = 'auto',
                  frozen_stages: int = -1,
                  init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
         super().__init__(init_cfg=init_cfg)

@@ -20,7 +20,8 @@ from mmdet.models.layers.transformer.utils import MLP
 from ..layers.irpe_attention import iRPEMultiheadAttention
 
 #: The arguments iRPEMultiheadAttention takes beyond mmcv's attention.
-IRPE_ATTN_KEYS = ('rpe_cfg', 'rpe_on', 'attn_impl', 'rope_cfg')
+IRPE_ATTN_KEYS = ('rpe_cfg', 'rpe_on', 'attn_impl', 'chunk_size',
+                  'rope_cfg')
 
 
 def without_irpe(attn_cfg: Dict) -> Dict:

@@ -1,9 +1,11 @@
+from .attention_terms import RelativeTerm, register_term
 from .cache import BoundedCache, CacheInfo
 from .irpe import iRPE
 from .irpe_attention import iRPEMultiheadAttention
 from .irpe_index import (axis_bucket_tables, clip_index, get_bucket_ids_2d,
                          get_num_buckets, num_buckets_per_table,
                          piecewise_index, ratio_to_abg, relative_index_1d)
+from .irpe_terms import IRPETerm
 from .pe_attention import PEAttention
 from .peg import PEG
 from .pos_embed_2d import (SinCosPosEmbed2D, build_sincos_pos_embed_2d,
@@ -20,5 +22,6 @@ __all__ = [
     'PEAttention', 'ViTAttention', 'ViTBlock', 'Mlp', 'PEG', 'BoundedCache',
     'CacheInfo', 'SinCosPosEmbed2D', 'build_sincos_pos_embed_2d',
     'resample_pos_embed', 'RoPE2D', 'apply_rope2d', 'build_rope2d',
-    'RoPEMixed', 'init_mixed_freqs', 'is_tracing'
+    'RoPEMixed', 'init_mixed_freqs', 'is_tracing', 'RelativeTerm',
+    'register_term', 'IRPETerm'
 ]

@@ -1,10 +1,13 @@
-"""Two kernels of :class:`~mmpe.models.layers.PEAttention`: the constant
-float mask of SDPA and the masked softmax of the explicit backend."""
+"""Kernels of :class:`~mmpe.models.layers.PEAttention`: the constant float
+mask of SDPA, the masked softmax (in place on CPU) and its backward, and
+the attention step on a range of query rows that the explicit backend runs
+on all rows and the chunked backend on one chunk at a time."""
 from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from .attention_terms import RelativeTerm, Rows
 from .tracing import is_tracing
 
 # device types where _MaskedSoftmax reuses its buffers (see its docstring)
@@ -79,13 +82,20 @@ class _MaskedSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tuple[Tensor, None]:
         (prob, ) = ctx.saved_tensors
-        if (ctx.inplace and grad.is_contiguous()
-                and grad.dtype == prob.dtype):
-            torch.ops.aten._softmax_backward_data.out(
-                grad, prob, -1, prob.dtype, grad_input=grad)
-            return grad, None
-        return torch._softmax_backward_data(
-            grad.to(prob.dtype), prob, -1, prob.dtype), None
+        return softmax_backward_(grad, prob), None
+
+
+def softmax_backward_(grad: Tensor, prob: Tensor) -> Tensor:
+    """The logits' gradient ``prob * (grad - sum_j grad * prob)`` of a
+    softmax over the last dim, written into ``grad`` on CPU when it is a
+    contiguous buffer of the same dtype (see :class:`_MaskedSoftmax`)."""
+    if (prob.device.type in _SOFTMAX_INPLACE_DEVICES and grad.is_contiguous()
+            and grad.dtype == prob.dtype):
+        torch.ops.aten._softmax_backward_data.out(
+            grad, prob, -1, prob.dtype, grad_input=grad)
+        return grad
+    return torch._softmax_backward_data(
+        grad.to(prob.dtype), prob, -1, prob.dtype)
 
 
 def masked_softmax(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
@@ -99,3 +109,46 @@ def masked_softmax(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
     if is_tracing():
         return torch.softmax(logits if mask is None else logits + mask, -1)
     return _MaskedSoftmax.apply(logits, mask)
+
+
+def mask_rows(mask: Optional[Tensor], rows: Rows) -> Optional[Tensor]:
+    """The rows of an additive mask broadcastable to (B, H, L, L)."""
+    if mask is None or rows is None or mask.dim() < 2 or mask.shape[-2] == 1:
+        return mask
+    return mask[..., rows[0]:rows[1], :]
+
+
+def attention_probs(qs: Tensor,
+                    k: Tensor,
+                    terms: Sequence[RelativeTerm],
+                    mask: Optional[Tensor],
+                    rows: Rows = None,
+                    out: Optional[Tensor] = None) -> Tensor:
+    """``softmax_j(qs_i k_j^T + sum_t T^t_ij + m_ij)`` of a range of query
+    rows: the one step of both the explicit backend (all rows, inside the
+    autograd graph) and the chunked one (a chunk, no graph).
+
+    Args:
+        qs (Tensor): Scaled (and rotated) queries of the rows (B, H, R, d).
+        k (Tensor): Keys (B, H, L, d).
+        terms (list[RelativeTerm]): Logit terms, added in place.
+        mask (Tensor, optional): Additive mask of all rows, broadcastable
+            to (B, H, L, L).
+        rows (tuple[int, int], optional): The query rows; None: all.
+        out (Tensor, optional): A contiguous (B, H, R, L) buffer for the
+            logits, which become the probabilities; None: a fresh one.
+
+    Returns:
+        Tensor: Probabilities (B, H, R, L).
+    """
+    if out is None:
+        logits = qs @ k.transpose(-2, -1)  # (B, H, R, L), fresh
+    else:
+        # one batch item at a time: (H, R, d) and (H, L, d) views of any
+        # strides (heads split from a projection) need no copy
+        for i in range(qs.shape[0]):
+            torch.bmm(qs[i], k[i].transpose(-2, -1), out=out[i])
+        logits = out
+    for term in terms:
+        logits = term.add_rows(logits, rows)
+    return masked_softmax(logits, mask_rows(mask, rows))

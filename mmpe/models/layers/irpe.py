@@ -7,8 +7,9 @@ holding the encoding table; the (L, L) expansion of Eq. 26-28 is done by the
 plans of :mod:`~mmpe.models.layers.irpe_plans`, bucket ids come from
 :mod:`~mmpe.models.layers.irpe_index`.
 """
+import json
 import math
-from typing import Optional, Tuple, Union
+from typing import Optional, Union
 
 import torch
 from mmdet.registry import MODELS
@@ -19,9 +20,8 @@ from .arg_checks import check_choice, check_grid, check_positive_int
 from .cache import CacheInfo
 from .irpe_index import (INDEX_FUNCS, METHODS, get_bucket_ids_2d,
                          get_num_buckets, max_index, num_buckets_per_table)
-from .irpe_plans import (PLAN_CACHE, Expand, ExpandAdd, ProductPlan, Reduce,
-                         _Plan, get_plan)
-from .tracing import is_tracing
+from .irpe_plans import PLAN_CACHE
+from .irpe_terms import IRPETerm, bucket_lookup
 
 @MODELS.register_module()
 class iRPE(BaseModule):
@@ -175,6 +175,16 @@ class iRPE(BaseModule):
             shape += (head_dim, )
         self.table = nn.Parameter(torch.zeros(shape))
         self.reset_table()
+        # the term's configuration, fixed here (a traced forward cannot
+        # serialise it)
+        self._term_spec = dict(
+            mode=mode, method=method, on=on, index=index, ratio=self.ratio,
+            max_distance=max_distance, skip=skip, shared_head=shared_head,
+            side=self._side, num_heads=num_heads,
+            num_buckets=self.num_buckets,
+            slices=[[s.start, s.stop] for s in self._slices],
+            extras=list(self._extras))
+        self._term_spec_json = json.dumps(self._term_spec, sort_keys=True)
 
     # ------------------------------------------------------------------
     # initialisation
@@ -213,10 +223,6 @@ class iRPE(BaseModule):
     def cache_clear() -> None:
         """Empty the plan cache and reset its counters."""
         PLAN_CACHE.clear()
-
-    def _plan(self, height: int, width: int, device: torch.device) -> _Plan:
-        return get_plan(self.method, self.index, self.ratio,
-                        self.max_distance, height, width, device, self._side)
 
     def bucket_ids(
             self,
@@ -296,103 +302,47 @@ class iRPE(BaseModule):
                     f'iRPE `logits` must be (B, num_heads, L, L) = {shape} '
                     f"with `on` in ('q', 'k'), got shape "
                     f'{tuple(logits.shape)} and `on` {self.on!r}')
-        plan = self._plan(height, width, x.device)
+        term = self.term(x, height, width)
         if self.on == 'v':
-            return self._forward_v(x, plan)
-        table = self.table.to(x.dtype)
-        if self.mode == 'bias':
-            # per-query values are the table itself: expand (H', L, nb)
-            values = table[:, None, :].expand(-1, length, -1)
-            term = self._expand(values, plan)[None]  # (1, H', L, L)
-            if self.on == 'q':  # r^Q uses b(j, i), as the authors' release
-                # before the head expansion, so that the backward sums the
-                # heads of a contiguous gradient
-                term = term.transpose(-1, -2)
-            term = term.expand(1, self.num_heads, length, length)
-            return self._finish(term, logits)
+            return term.out_rows(x, None)
+        if logits is None:
+            return term.dense()[0]
+        return term.add_rows(logits, None)
 
-        b, h = x.shape[:2]
-        if self.shared_head:
-            values = torch.matmul(x, table[0].t())  # (B, H, L, nb)
-        else:
-            values = torch.matmul(x, table.transpose(1, 2))
-        values = values.reshape(b * h, length, -1)
-        if (logits is not None and self.on == 'k' and self.skip == 0
-                and isinstance(plan, ProductPlan) and logits.is_contiguous()
-                and logits.dtype == values.dtype and not is_tracing()):
-            # the whole logits (not a view of them) go in: in-place ops on
-            # views cost autograd a copy of the gradient. Eager only: a
-            # traced graph needs functional ops and fuses the add itself
-            return ExpandAdd.apply(logits, values, plan)
-        term = self._expand(values, plan).view(b, h, length, length)
-        if self.on == 'q':  # r^Q uses b(j, i), as the authors' release
-            term = term.transpose(-1, -2)
-        return self._finish(term, logits)
+    # ------------------------------------------------------------------
+    # the term of one call (see irpe_terms.py)
+    # ------------------------------------------------------------------
+    def term_spec(self) -> dict:
+        """The JSON-able configuration of :class:`IRPETerm`."""
+        return self._term_spec
 
-    @staticmethod
-    def _finish(term: Tensor, logits: Optional[Tensor]) -> Tensor:
-        return term if logits is None else logits.add_(term)
+    def lookup(self, x: Tensor) -> Tensor:
+        """Eq. 27's per-bucket lookup ``x @ table^T`` (contextual, q / k).
 
-    def _forward_v(self, attn: Tensor, plan: _Plan) -> Tensor:
-        """Eq. 17 as (bucket-summed attention) @ table."""
-        b, h, length = attn.shape[:3]
-        summed = self._reduce(attn.reshape(b * h, length, length), plan)
-        summed = summed.view(b, h, length, self.num_buckets)
-        table = self.table.to(attn.dtype)
-        if self.shared_head:
-            return torch.matmul(summed, table[0])  # (B, H, L, head_dim)
-        return torch.matmul(summed, table)
+        Args:
+            x (Tensor): Scaled queries (on 'k') or keys (on 'q'),
+                (B, num_heads, L, head_dim).
 
-    # -- skip tokens and the cross table layout around the spatial plans --
-    def _spatial_slices(self) -> Tuple[slice, ...]:
-        """Table rows of the spatial buckets, in the plan's order."""
-        return self._slices
+        Returns:
+            Tensor: (B, num_heads, L, num_buckets), in the dtype of ``x``.
+        """
+        return bucket_lookup(x, self.table.to(x.dtype), self.shared_head)
 
-    def _extra_ids(self) -> Tuple[int, ...]:
-        """Table rows of the skip bucket(s) (cross: one per axis)."""
-        return self._extras
+    def term(self, x: Tensor, height: int, width: int) -> IRPETerm:
+        """This module's relative term of one attention call.
 
-    def _expand(self, values: Tensor, plan: _Plan) -> Tensor:
-        """(N, L, num_buckets) -> (N, L, L), ``out[n, i, j] = values[n, i,
-        b(i, j)]``."""
-        slices = self._spatial_slices()
-        skip = self.skip
-        spatial = values[:, skip:]
-        if len(slices) == 1:
-            spatial = spatial[..., slices[0]]
-        else:
-            spatial = torch.cat([spatial[..., s] for s in slices], dim=-1)
-        term = Expand.apply(spatial, plan)  # (N, L0, L0)
-        if skip == 0:
-            return term
-        extra = sum(values[..., e] for e in self._extra_ids())  # (N, L)
-        n, length = extra.shape
-        l0 = length - skip
-        # every pair with a skip token (row < skip or column < skip)
-        top = extra[:, :skip, None].expand(n, skip, length)
-        left = extra[:, skip:, None].expand(n, l0, skip)
-        return torch.cat([top, torch.cat([left, term], dim=2)], dim=1)
+        Args:
+            x (Tensor): As :meth:`forward` (bias mode: only its dtype and
+                device are used).
+            height (int): Grid height.
+            width (int): Grid width.
 
-    def _reduce(self, attn: Tensor, plan: _Plan) -> Tensor:
-        """(N, L, L) -> (N, L, num_buckets), the adjoint of :meth:`_expand`."""
-        skip = self.skip
-        n, length = attn.shape[:2]
-        spatial = attn[:, skip:, skip:]
-        if skip:
-            spatial = spatial.contiguous()
-        summed = Reduce.apply(spatial, plan)  # (N, L0, nbs)
-        if skip == 0:
-            return summed
-        # bucket-sum of the skip pairs of each query row
-        extra = torch.cat(
-            [attn[:, :skip].sum(2), attn[:, skip:, :skip].sum(2)],
-            dim=1)[..., None]  # (N, L, 1)
-        # skip queries have no spatial pairs: zero spatial sums
-        summed = torch.cat(
-            [summed.new_zeros(n, skip, summed.shape[2]), summed],
-            dim=1)  # (N, L, nbs)
-        parts = []
-        for part in summed.split(
-            [s.stop - s.start for s in self._spatial_slices()], dim=2):
-            parts += [part, extra]  # cross: each axis' skip bucket
-        return torch.cat(parts, dim=2)
+        Returns:
+            IRPETerm: Its tensors are ``x`` and the table (contextual q /
+            k), or the table, in the dtype of ``x``.
+        """
+        tensors = [self.table.to(x.dtype)]
+        if self.mode == 'contextual' and self.on != 'v':
+            tensors.insert(0, x)
+        return IRPETerm(self._term_spec, tensors, height, width,
+                        self.skip + height * width, self._term_spec_json)

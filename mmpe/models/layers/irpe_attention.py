@@ -51,8 +51,12 @@ class iRPEMultiheadAttention(PEAttention):
             layer is then plain multi-head attention. Defaults to None.
         rpe_on (str): Where iRPE goes, one of ``'q'``, ``'k'``, ``'v'``,
             ``'qk'``, ``'kv'``, ``'qv'``, ``'qkv'``. Defaults to ``'k'``.
-        attn_impl (str): ``'explicit'``, ``'sdpa'`` or ``'flex'``, see
-            :class:`PEAttention`. Defaults to ``'explicit'``.
+        attn_impl (str): ``'auto'``, ``'explicit'``, ``'chunked'``,
+            ``'sdpa'`` or ``'flex'``, see :class:`PEAttention`. Defaults to
+            ``'auto'``.
+        chunk_size (int, optional): Query rows per chunk of the chunked
+            backend, see :class:`PEAttention`. Defaults to None
+            (automatic).
         rope_cfg (dict, optional): Rotary embedding of the grid tokens:
             ``dict(type='rope2d', theta=100.)`` (:class:`RoPE2D`) or
             ``dict(type='rope-mixed', theta=10., rotate=True)``
@@ -74,8 +78,9 @@ class iRPEMultiheadAttention(PEAttention):
                  batch_first: bool = False,
                  rpe_cfg: Optional[Dict] = None,
                  rpe_on: str = 'k',
-                 attn_impl: str = 'explicit',
+                 attn_impl: str = 'auto',
                  rope_cfg: Optional[Dict] = None,
+                 chunk_size: Optional[int] = None,
                  init_cfg: Optional[Dict] = None,
                  **kwargs) -> None:
         if 'dropout' in kwargs:  # mmcv's deprecated alias, kept for configs
@@ -91,6 +96,7 @@ class iRPEMultiheadAttention(PEAttention):
             rpe_cfg=rpe_cfg,
             rpe_on=rpe_on,
             attn_impl=attn_impl,
+            chunk_size=chunk_size,
             init_cfg=init_cfg)
         self.batch_first = batch_first
         # An nn.MultiheadAttention for mmcv's parameter names; the forward

@@ -176,12 +176,9 @@ def _term_fn(rpe: iRPE, lut: Tensor, height: int,
 def _lookup(rpe: iRPE, x: Tensor) -> Tensor:
     """Eq. 27's lookup: contextual ``x @ table^T`` (B, H, L, nb); bias: the
     table (H', nb). ``x`` is already scaled."""
-    table = rpe.table.to(x.dtype)
     if rpe.mode == 'bias':
-        return table
-    if rpe.shared_head:
-        return torch.matmul(x, table[0].t())
-    return torch.matmul(x, table.transpose(1, 2))
+        return rpe.table.to(x.dtype)
+    return rpe.lookup(x)
 
 
 def irpe_score_mod(height: int,

@@ -322,6 +322,92 @@ def axis_bucket_tables(height: int,
         b)
 
 
+def _covering_rows(span: Optional[Tuple[int, int]], height: int,
+                   width: int, device: DeviceType):
+    """Grid rows covering a range of row-major spatial indices.
+
+    Returns:
+        tuple: ``(rows, offset, size)``: the covering grid rows (long, or
+        None for the whole grid), the position of the range's start in
+        them and the range's length (None for the whole grid).
+    """
+    if span is None:
+        return None, 0, None
+    start, stop = span
+    first, last = start // width, -(-stop // width)
+    return (torch.arange(first, last, device=device), start - first * width,
+            stop - start)
+
+
+def spatial_bucket_ids(tables: Dict[str, Tensor],
+                       height: int,
+                       width: int,
+                       method: str,
+                       side: int,
+                       rows: Optional[Tuple[int, int]] = None,
+                       cols: Optional[Tuple[int, int]] = None,
+                       col_offset: int = 0) -> Tensor:
+    """Bucket ids of a block of spatial (query, key) pairs (no skip tokens).
+
+    The block is queries ``[r0, r1)`` x keys ``[c0, c1)`` of the
+    ``(L0, L0)`` map, ``L0 = height * width``, in row-major token order. It
+    is built from the per-axis ``tables`` of :func:`axis_bucket_tables` over
+    the grid rows covering each range (4D broadcasting, as for the whole
+    map), then narrowed to the range, so a block of ``R`` queries costs
+    about ``R + 2 width`` rows of ids, never the ``(L0, L0)`` map.
+
+    Args:
+        tables (dict[str, Tensor]): :func:`axis_bucket_tables` of the grid.
+        height (int): Grid height.
+        width (int): Grid width.
+        method (str): One of :data:`METHODS`.
+        side (int): Buckets per axis, ``2b + 1``.
+        rows (tuple[int, int], optional): Query range; None: all.
+        cols (tuple[int, int], optional): Key range; None: all.
+        col_offset (int): Added to the column-axis ids of cross.
+
+    Returns:
+        Tensor: Long ``(R, C)``; cross ``(2, R, C)`` (row-axis ids, then the
+        column-axis ids plus ``col_offset``).
+    """
+    device = next(iter(tables.values())).device
+    ys_r, off_r, n_r = _covering_rows(rows, height, width, device)
+    ys_c, off_c, n_c = _covering_rows(cols, height, width, device)
+    if method in ('euclidean', 'quant'):
+        if ys_r is None and ys_c is None:
+            ady = _abs_diff(height, device)
+        else:
+            yr = torch.arange(height, device=device) if ys_r is None else ys_r
+            yc = torch.arange(height, device=device) if ys_c is None else ys_c
+            ady = (yr[:, None] - yc[None, :]).abs()  # (rows, cols) of grid
+        adx = _abs_diff(width, device)
+        # (qy, ky) and (qx, kx) broadcast to (qy, qx, ky, kx)
+        ids = tables['dist'][ady[:, None, :, None], adx[None, :, None, :]]
+        lead = ()
+    else:
+        row_t = tables['rows']
+        if ys_r is not None:
+            row_t = row_t[ys_r]
+        if ys_c is not None:
+            row_t = row_t[:, ys_c]
+        r4 = row_t[:, None, :, None]  # (qy, 1, ky, 1)
+        c4 = tables['cols'][None, :, None, :]  # (1, qx, 1, kx)
+        if method == 'product':
+            ids = r4 * side + c4
+            lead = ()
+        else:  # cross: the two axes' ids, stacked
+            shape = (r4.shape[0], width, r4.shape[2], width)
+            ids = torch.stack([r4.expand(shape), c4.expand(shape) + col_offset])
+            lead = (2, )
+    qy, ky = ids.shape[len(lead)], ids.shape[len(lead) + 2]
+    ids = ids.reshape(*lead, qy * width, ky * width)
+    if n_r is not None:
+        ids = ids.narrow(-2, off_r, n_r)
+    if n_c is not None:
+        ids = ids.narrow(-1, off_c, n_c)
+    return ids
+
+
 def get_bucket_ids_2d(height: int,
                       width: int,
                       method: str = 'product',
@@ -357,21 +443,9 @@ def get_bucket_ids_2d(height: int,
                                 max_distance, device)
     side = 2 * max_index(index, ratio, max_distance) + 1
     per_table = num_buckets_per_table(method, index, ratio, max_distance, skip)
-    l0 = height * width
-    if method in ('euclidean', 'quant'):
-        ady = _abs_diff(height, device)
-        adx = _abs_diff(width, device)
-        # (iy, jy) and (ix, jx) broadcast to (iy, ix, jy, jx)
-        ids = tables['dist'][ady[:, None, :, None], adx[None, :, None, :]]
-        return _pad_skip(ids.reshape(l0, l0), skip, per_table - 1)
-
-    rows = tables['rows'][:, None, :, None]  # (iy, 1, jy, 1)
-    cols = tables['cols'][None, :, None, :]  # (1, ix, 1, jx)
-    if method == 'product':
-        ids = (rows * side + cols).reshape(l0, l0)
+    ids = spatial_bucket_ids(tables, height, width, method, side,
+                             col_offset=per_table)
+    if method != 'cross':
         return _pad_skip(ids, skip, per_table - 1)
-    # cross: column ids offset past the row-axis table
-    shape = (height, width, height, width)
-    ids = torch.stack([rows.expand(shape), cols.expand(shape) + per_table])
     extra = torch.tensor([per_table - 1, 2 * per_table - 1], device=device)
-    return _pad_skip(ids.reshape(2, l0, l0), skip, extra)
+    return _pad_skip(ids, skip, extra)

@@ -9,14 +9,15 @@ tables of :func:`~mmpe.models.layers.irpe_index.axis_bucket_tables` and kept
 in :data:`PLAN_CACHE`; the autograd functions make ``expand`` and
 ``reduce`` differentiable, each the other's backward.
 """
-from typing import Dict, List, Optional, Tuple, Union
+import copy
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .cache import BoundedCache
-from .irpe_index import axis_bucket_tables, get_bucket_ids_2d, max_index
+from .irpe_index import axis_bucket_tables, max_index, spatial_bucket_ids
 from .tracing import is_tracing
 
 # ---------------------------------------------------------------------------
@@ -30,7 +31,62 @@ from .tracing import is_tracing
 # ---------------------------------------------------------------------------
 
 
-class ProductPlan:
+class _BlockPlans:
+    """What every spatial plan shares: the grid, its per-axis tables, and
+    :meth:`block`, the plan of a block of (query, key) pairs.
+
+    A block restricted to a range of queries (the *viewers*, whose
+    per-bucket values are expanded) keeps the plan's own structured
+    expansion, sliced per query; a block restricted to a range of keys (the
+    iRPE term on queries of one chunk of query rows, read transposed) is a
+    :class:`GatherPlan` over bucket ids built for that block from the
+    per-axis tables (:func:`~mmpe.models.layers.irpe_index.spatial_bucket_ids`),
+    so no (L0, L0) id map is made.
+    """
+
+    def _init_grid(self, tables: Dict[str, Tensor], height: int, width: int,
+                   method: str, side: int) -> None:
+        self.tables, self.method, self.side = tables, method, side
+        self.height, self.width = height, width
+        #: (start, stop) of the query rows of a row block; None: all rows
+        self.viewers: Optional[Tuple[int, int]] = None
+
+    @property
+    def num_spatial_buckets(self) -> int:
+        """Columns of the per-query values (``nbs``)."""
+        return {'product': self.side * self.side,
+                'cross': 2 * self.side}.get(self.method, self.side)
+
+    @property
+    def num_viewers(self) -> int:
+        """Query rows the plan expands (``L0`` for the whole map)."""
+        if self.viewers is None:
+            return self.height * self.width
+        return self.viewers[1] - self.viewers[0]
+
+    def block(self,
+              rows: Optional[Tuple[int, int]] = None,
+              cols: Optional[Tuple[int, int]] = None) -> '_Plan':
+        """The plan of queries ``[r0, r1)`` x keys ``[c0, c1)`` (spatial
+        indices; None: all), expanding ``(N, R, nbs)`` to ``(N, R, C)``.
+        """
+        if rows is None and cols is None:
+            return self
+        if cols is None:
+            return self._rows(*rows)
+        ids = spatial_bucket_ids(self.tables, self.height, self.width,
+                                 self.method, self.side, rows, cols,
+                                 col_offset=self.side)
+        return GatherPlan(ids, self.num_spatial_buckets)
+
+    def _rows(self, start: int, stop: int) -> '_Plan':
+        ids = spatial_bucket_ids(self.tables, self.height, self.width,
+                                 self.method, self.side, (start, stop),
+                                 col_offset=self.side)
+        return GatherPlan(ids, self.num_spatial_buckets)
+
+
+class ProductPlan(_BlockPlans):
     """Product method: bucket(i, j) = ry(iy, jy) * S + rx(ix, jx).
 
     The bucket factorises into a row part and a column part. With ``P_i``
@@ -47,17 +103,17 @@ class ProductPlan:
     * reduce (the backward of iRPE on q / k, the forward of iRPE on v):
       batched one-hot matmuls, contracting the key rows first, so that no
       scatter is needed (scatter-add took 1.8x the matmuls' time on CPU at
-      25 x 42, B=2, H=8, and is atomics on CUDA). Per-query operands
-      ``OY[iy]^T`` and ``OX[ix]`` are repeated for a chunk of batch items
-      sized by :attr:`max_chunk_elems`.
+      25 x 42, B=2, H=8, and is atomics on CUDA), one batch item at a time
+      with the per-query operands ``OY[iy]^T`` and ``OX[ix]`` shared by the
+      items.
+
+    Every step is per query, so a block of query rows (:meth:`block`) is
+    the same plan with its per-query indices and operands sliced.
     """
 
-    #: bound on the elements of the per-chunk temporaries of :meth:`reduce`
-    max_chunk_elems = 2**23
-
     def __init__(self, rows: Tensor, cols: Tensor, side: int) -> None:
-        self.height, self.width, self.side = rows.shape[0], cols.shape[0], side
-        h, w = self.height, self.width
+        h, w = rows.shape[0], cols.shape[0]
+        self._init_grid(dict(rows=rows, cols=cols), h, w, 'product', side)
         self.rows, self.cols = rows, cols  # (h, h), (w, w) long in [0, S)
         # per query i = (iy, ix): row bucket of each key row jy, (1, L0, h, 1),
         # and column bucket of each key column jx, (1, L0, 1, w)
@@ -65,6 +121,13 @@ class ProductPlan:
         self.row_index = rows[:, None].expand(h, w, h).reshape(1, l0, h, 1)
         self.col_index = cols[None].expand(h, w, w).reshape(1, l0, 1, w)
         self._onehots: Dict[torch.dtype, Tuple[Tensor, Tensor]] = {}
+
+    def _rows(self, start: int, stop: int) -> 'ProductPlan':
+        plan = copy.copy(self)  # shares the tables and one-hot cache
+        plan.viewers = (start, stop)
+        plan.row_index = self.row_index[:, start:stop]
+        plan.col_index = self.col_index[:, start:stop]
+        return plan
 
     def onehots(self, dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
         """One-hot matrices ``OY`` (h, h, S) and ``OX`` (w, w, S).
@@ -78,17 +141,6 @@ class ProductPlan:
             self._onehots[dtype] = (F.one_hot(self.rows, self.side).to(dtype),
                                     F.one_hot(self.cols, self.side).to(dtype))
         return self._onehots[dtype]
-
-    def _chunks(self, n: int) -> List[Tuple[int, int]]:
-        """``(start, size)`` of the batch chunks of :meth:`expand_add_` and
-        :meth:`reduce`; one chunk while tracing (the sizes may be symbolic,
-        and a compiler plans the memory itself)."""
-        if is_tracing():
-            return [(0, n)]
-        per_item = self.height * self.width * self.side * max(
-            self.height, self.width)
-        step = max(1, min(n, self.max_chunk_elems // per_item))
-        return [(k, min(step, n - k)) for k in range(0, n, step)]
 
     @staticmethod
     def _per_query(op: Tensor, outer: bool, times: int, items: int) -> Tensor:
@@ -111,48 +163,57 @@ class ProductPlan:
         op = op.reshape(-1, r, c)
         return op if items == 1 else op.repeat(items, 1, 1)
 
+    def _query_operand(self, op: Tensor, outer: bool, items: int) -> Tensor:
+        """:meth:`_per_query` for the plan's queries: ``op[iy]`` (``outer``)
+        or ``op[ix]`` of every query, ``(items * num_viewers, r, c)``."""
+        if self.viewers is None:
+            other = self.width if outer else self.height
+            return self._per_query(op, outer, other, items)
+        query = torch.arange(*self.viewers, device=op.device)
+        axis = query // self.width if outer else query % self.width
+        op = op.index_select(0, axis)
+        return op if items == 1 else op.repeat(items, 1, 1)
+
     def expand(self, p: Tensor) -> Tensor:
-        """(N, L0, S * S) -> (N, L0, L0) contiguous, see the class docstring.
+        """(N, R, S * S) -> (N, R, L0) contiguous, see the class docstring.
         """
         h, w, s = self.height, self.width, self.side
-        n, l0 = p.shape[0], h * w
-        row_index = self.row_index.expand(n, l0, h, s)
-        col_index = self.col_index.expand(n, l0, h, w)
+        n, nv = p.shape[0], self.num_viewers
+        row_index = self.row_index.expand(n, nv, h, s)
+        col_index = self.col_index.expand(n, nv, h, w)
         # (n, i, u, v) -> (n, i, jy, v): the row bucket of every key row
-        rows = p.reshape(n, l0, s, s).gather(2, row_index)
+        rows = p.reshape(n, nv, s, s).gather(2, row_index)
         # (n, i, jy, v) -> (n, i, jy, jx): the column bucket of every key
-        return rows.gather(3, col_index).view(n, l0, l0)
+        return rows.gather(3, col_index).view(n, nv, h * w)
 
     def expand_add_(self, p: Tensor, out: Tensor) -> Tensor:
-        """``out += expand(p)`` in place, without an (N, L0, L0) temporary.
+        """``out += expand(p)`` in place, without an (N, R, L0) temporary.
 
         The row step is the gather of :meth:`expand`; the column step is a
         batched matmul with ``OX[ix]^T`` accumulating into ``out`` (exact: one
-        non-zero product per entry, for finite values).
+        non-zero product per entry, for finite values), one batch item at a
+        time (the per-query operands are shared by the items).
 
         Args:
-            p (Tensor): (N, L0, S * S).
-            out (Tensor): (N, L0, L0), contiguous, of the dtype of ``p``.
+            p (Tensor): (N, R, S * S).
+            out (Tensor): (N, R, L0), contiguous, of the dtype of ``p``.
 
         Returns:
             Tensor: ``out``.
         """
         h, w, s = self.height, self.width, self.side
-        n, l0 = p.shape[0], h * w
+        n, nv = p.shape[0], self.num_viewers
         _, ox = self.onehots(p.dtype)
-        row_index = self.row_index.expand(n, l0, h, s)
-        rows = p.reshape(n, l0, s, s).gather(2, row_index)  # (n, i, jy, v)
-        chunks = self._chunks(n)
+        row_index = self.row_index.expand(n, nv, h, s)
+        rows = p.reshape(n, nv, s, s).gather(2, row_index)  # (n, i, jy, v)
         # query i = (iy, ix): OX[ix]^T (v, jx)
-        oxt_rep = self._per_query(ox.transpose(1, 2), False, h, chunks[0][1])
-        for k, size in chunks:
-            m = size * l0
-            acc = out[k:k + size].view(m, h, w)
-            acc.baddbmm_(rows[k:k + size].view(m, h, s), oxt_rep[:m])
+        oxt = self._query_operand(ox.transpose(1, 2), False, 1)
+        for k in range(n):
+            out[k].view(nv, h, w).baddbmm_(rows[k], oxt)
         return out
 
     def reduce(self, a: Tensor) -> Tensor:
-        """(N, L0, L0) -> (N, L0, S * S), the adjoint of :meth:`expand`.
+        """(N, R, L0) -> (N, R, S * S), the adjoint of :meth:`expand`.
 
         Reads ``a`` in place when it is contiguous or, on CPU (where a copy
         costs page faults and the per-item loop is cheap), the transpose of
@@ -160,30 +221,30 @@ class ProductPlan:
         are copied.
         """
         h, w, s = self.height, self.width, self.side
-        n, l0 = a.shape[0], h * w
+        n, nv = a.shape[0], self.num_viewers
         oy, ox = self.onehots(a.dtype)
         oyt = oy.transpose(1, 2)  # (iy, u, jy)
         if is_tracing():
-            # one functional batch: (n * L0, S, h) @ (n * L0, h, w) @ ...
-            oyt_rep = self._per_query(oyt, True, w, n)
-            ox_rep = self._per_query(ox, False, h, n)
-            zy = torch.bmm(oyt_rep, a.reshape(n * l0, h, w))
-            return torch.bmm(zy, ox_rep).view(n, l0, s * s)
-        out = a.new_empty(n, l0, s, s)
-        if (a.device.type == 'cpu' and not a.is_contiguous()
+            # one functional batch: (n * R, S, h) @ (n * R, h, w) @ ...
+            oyt_rep = self._query_operand(oyt, True, n)
+            ox_rep = self._query_operand(ox, False, n)
+            zy = torch.bmm(oyt_rep, a.reshape(n * nv, h, w))
+            return torch.bmm(zy, ox_rep).view(n, nv, s * s)
+        out = a.new_empty(n, nv, s, s)
+        if (self.viewers is None and a.device.type == 'cpu'
+                and not a.is_contiguous()
                 and a.transpose(1, 2).is_contiguous()):
             self._reduce_transposed(a, oyt, ox, out)
-            return out.view(n, l0, s * s)
+            return out.view(n, nv, s * s)
         a = a.contiguous()
-        chunks = self._chunks(n)
-        # query i = (iy, ix): OY[iy]^T (u, jy) and OX[ix] (jx, v)
-        oyt_rep = self._per_query(oyt, True, w, chunks[0][1])
-        ox_rep = self._per_query(ox, False, h, chunks[0][1])
-        for k, size in chunks:
-            m = size * l0
-            zy = torch.bmm(oyt_rep[:m], a[k:k + size].view(m, h, w))
-            torch.bmm(zy, ox_rep[:m], out=out[k:k + size].view(m, s, s))
-        return out.view(n, l0, s * s)
+        # query i = (iy, ix): OY[iy]^T (u, jy) and OX[ix] (jx, v), shared by
+        # the batch items
+        oyt_q = self._query_operand(oyt, True, 1)
+        ox_q = self._query_operand(ox, False, 1)
+        for k in range(n):
+            zy = torch.bmm(oyt_q, a[k].view(nv, h, w))
+            torch.bmm(zy, ox_q, out=out[k].view(nv, s, s))
+        return out.view(n, nv, s * s)
 
     def _reduce_transposed(self, a: Tensor, oyt: Tensor, ox: Tensor,
                            out: Tensor) -> None:
@@ -205,58 +266,96 @@ class ProductPlan:
             torch.bmm(zy, ox_rep, out=out[k].view(l0, s, s))
 
 
-class CrossPlan:
+class CrossPlan(_BlockPlans):
     """Cross method: the row-axis and column-axis encodings are summed.
 
     ``T[n, i, j] = P[n, i, ry(iy, jy)] + P[n, i, S + rx(ix, jx)]``. Each
     axis is a small gather (N, L0, height) / (N, L0, width) broadcast over
     the other axis, so the only ``L0 x L0`` work is one add (forward) and
-    two sums (reduce).
+    two sums (reduce). A block of query rows slices the per-query ids.
     """
 
     def __init__(self, rows: Tensor, cols: Tensor, side: int) -> None:
-        self.height, self.width, self.side = rows.shape[0], cols.shape[0], side
-        h, w = self.height, self.width
+        h, w = rows.shape[0], cols.shape[0]
+        self._init_grid(dict(rows=rows, cols=cols), h, w, 'cross', side)
         # per query i = (iy, ix): bucket of each key row / key column
         self.row_ids = rows[:, None, :].expand(h, w, h).reshape(h * w, h)
         self.col_ids = (cols[None, :, :].expand(h, w, w).reshape(h * w, w) +
                         side)
 
+    def _rows(self, start: int, stop: int) -> 'CrossPlan':
+        plan = copy.copy(self)
+        plan.viewers = (start, stop)
+        plan.row_ids = self.row_ids[start:stop]
+        plan.col_ids = self.col_ids[start:stop]
+        return plan
+
     def expand(self, p: Tensor) -> Tensor:
-        """(N, L0, 2 S) -> (N, L0, L0)."""
-        n, l0 = p.shape[0], self.height * self.width
-        y = p.gather(2, self.row_ids.expand(n, l0, self.height))
-        x = p.gather(2, self.col_ids.expand(n, l0, self.width))
+        """(N, R, 2 S) -> (N, R, L0)."""
+        n, nv = p.shape[0], self.num_viewers
+        y = p.gather(2, self.row_ids.expand(n, nv, self.height))
+        x = p.gather(2, self.col_ids.expand(n, nv, self.width))
         # (n, i, jy, 1) + (n, i, 1, jx) -> (n, i, jy * width + jx)
-        return (y[..., :, None] + x[..., None, :]).view(n, l0, l0)
+        return (y[..., :, None] + x[..., None, :]).view(
+            n, nv, self.height * self.width)
 
     def reduce(self, a: Tensor) -> Tensor:
-        """(N, L0, L0) -> (N, L0, 2 S)."""
+        """(N, R, L0) -> (N, R, 2 S)."""
         h, w = self.height, self.width
-        n, l0 = a.shape[0], h * w
+        n, nv = a.shape[0], self.num_viewers
         a4 = a.unflatten(2, (h, w))  # a view in any layout, e.g. transposed
-        out = a.new_zeros(n, l0, 2 * self.side)
-        out.scatter_add_(2, self.row_ids.expand(n, l0, h), a4.sum(3))
-        out.scatter_add_(2, self.col_ids.expand(n, l0, w), a4.sum(2))
+        out = a.new_zeros(n, nv, 2 * self.side)
+        out.scatter_add_(2, self.row_ids.expand(n, nv, h), a4.sum(3))
+        out.scatter_add_(2, self.col_ids.expand(n, nv, w), a4.sum(2))
         return out
 
 
-class GatherPlan:
-    """Euclidean / quant: a gather with the (L0, L0) ids, scatter-add back."""
+class GatherPlan(_BlockPlans):
+    """A gather with explicit bucket ids, scatter-add back.
 
-    def __init__(self, ids: Tensor, num_buckets: int) -> None:
-        self.ids, self.num_buckets = ids, num_buckets
+    The plan of euclidean / quant (ids ``(L0, L0)``, built on first use from
+    the per-axis distance table) and of any block made from explicit ids
+    (``(R, C)``, or ``(2, R, C)`` for cross: both axes' ids, summed).
+
+    Args:
+        ids (Tensor, optional): Long ``(R, C)`` or ``(2, R, C)``.
+        num_buckets (int): Columns of the per-query values.
+        grid (tuple, optional): ``(tables, height, width, method, side)``
+            to build the ids of the whole map lazily (and blocks of it).
+    """
+
+    def __init__(self,
+                 ids: Optional[Tensor],
+                 num_buckets: int,
+                 grid: Optional[tuple] = None) -> None:
+        self._ids, self.num_buckets = ids, num_buckets
+        if grid is not None:
+            self._init_grid(*grid)
+
+    @property
+    def ids(self) -> Tensor:
+        """The bucket ids, built on first use (``(L0, L0)`` for a grid)."""
+        if self._ids is None:
+            self._ids = spatial_bucket_ids(self.tables, self.height,
+                                           self.width, self.method, self.side)
+        return self._ids
 
     def expand(self, p: Tensor) -> Tensor:
-        """(N, L0, nbs) -> (N, L0, L0)."""
-        return p.gather(2, self.ids.expand(p.shape[0], -1, -1))
+        """(N, R, nbs) -> (N, R, C)."""
+        ids = self.ids
+        if ids.dim() == 2:
+            return p.gather(2, ids.expand(p.shape[0], -1, -1))
+        return (p.gather(2, ids[0].expand(p.shape[0], -1, -1)) +
+                p.gather(2, ids[1].expand(p.shape[0], -1, -1)))
 
     def reduce(self, a: Tensor) -> Tensor:
-        """(N, L0, L0) -> (N, L0, nbs)."""
-        n, l0 = a.shape[:2]
+        """(N, R, C) -> (N, R, nbs)."""
+        ids = self.ids
+        n, rows = a.shape[:2]
         work = a.float() if a.dtype in (torch.float16, torch.bfloat16) else a
-        out = work.new_zeros(n, l0, self.num_buckets)
-        out.scatter_add_(2, self.ids.expand(n, -1, -1), work)
+        out = work.new_zeros(n, rows, self.num_buckets)
+        for part in ([ids] if ids.dim() == 2 else ids.unbind(0)):
+            out.scatter_add_(2, part.expand(n, -1, -1), work)
         return out.to(a.dtype)
 
 
@@ -355,11 +454,9 @@ def _build_plan(method: str,
                 side: Optional[int] = None) -> _Plan:
     if side is None:
         side = 2 * max_index(index, ratio, max_distance) + 1
+    tables = axis_bucket_tables(height, width, method, index, ratio,
+                                max_distance, device)
     if method in ('product', 'cross'):
-        tables = axis_bucket_tables(height, width, method, index, ratio,
-                                    max_distance, device)
         cls = ProductPlan if method == 'product' else CrossPlan
         return cls(tables['rows'], tables['cols'], side)
-    ids = get_bucket_ids_2d(height, width, method, index, ratio, max_distance,
-                            0, device)
-    return GatherPlan(ids, side)
+    return GatherPlan(None, side, (tables, height, width, method, side))

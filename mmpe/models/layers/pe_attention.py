@@ -22,7 +22,7 @@ skip tokens, dropout and the backends below exist once.
 """
 import math
 import warnings
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -31,12 +31,19 @@ from torch import Tensor
 
 from .arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES, check_choice,
                          check_grid)
-from .attention_ops import constant_bias, masked_softmax
+from .attention_ops import attention_probs, constant_bias
+from .attention_terms import RelativeTerm, split_terms
+from .chunked_attention import relative_attention
 from .irpe import iRPE
 from .irpe_flex import (FLEX_DTYPES, flex_unsupported_reason,
                         irpe_flex_attention)
 from .rope2d import apply_rope2d
-from .tracing import is_tracing
+from .tracing import is_exporting, is_tracing
+
+#: ``attn_impl='auto'`` trains with the chunked backend (FlexAttention on
+#: CUDA) from this many tokens on and with the explicit one below; measured
+#: on CPU, see docs/benchmark.md ("Long sequences").
+AUTO_CHUNKED_FROM = 1024
 
 
 class PEAttention(BaseModule):
@@ -56,28 +63,47 @@ class PEAttention(BaseModule):
             None: no iRPE. Defaults to None.
         rpe_on (str): Where iRPE goes, one of :data:`RPE_ON_CHOICES`.
             Defaults to ``'k'``.
-        attn_impl (str): The backend, one of :data:`ATTN_IMPL_CHOICES`.
-            Defaults to ``'explicit'``.
+        attn_impl (str): The backend, one of :data:`ATTN_IMPL_CHOICES`
+            (docs/user_guides/attention_backends.md). Defaults to
+            ``'auto'``. Without iRPE every backend is
+            ``F.scaled_dot_product_attention``.
 
+            - ``'auto'``: when no gradient flows into the iRPE terms and
+              there is no iRPE on values (inference, frozen tables), the
+              terms are a constant float mask of
+              ``F.scaled_dot_product_attention``. Otherwise ``'explicit'``
+              below :data:`AUTO_CHUNKED_FROM` tokens, and from there on
+              ``'chunked'`` (on CUDA ``'flex'`` where it applies).
             - ``'explicit'``: logits ``(B, H, L, L)``, the iRPE terms added
-              into them in place, softmax, ``@ v`` (+ iRPE on values). When
-              no gradient flows into the iRPE terms and there is no iRPE on
-              values (inference, frozen tables, no iRPE) the terms are a
-              constant float mask of ``F.scaled_dot_product_attention``, the
-              same arithmetic in a fused kernel.
+              into them in place, softmax, ``@ v`` (+ iRPE on values), kept
+              for autograd's backward; inference as ``'auto'``.
+            - ``'chunked'``: the same steps on ``chunk_size`` query rows at
+              a time, with a backward that recomputes each chunk
+              (:mod:`~mmpe.models.layers.chunked_attention`): exact, no
+              ``(B, H, L, L)`` tensor kept, in training and inference.
+              Its attention dropout draws its own masks (redrawn, not
+              stored, for the backward).
             - ``'sdpa'``: the iRPE terms (with their gradient) materialised
               as the float mask of ``F.scaled_dot_product_attention``.
               iRPE on values is not possible there (it needs the
               probabilities).
             - ``'flex'``: FlexAttention with the terms in a ``score_mod``
-              (:mod:`~mmpe.models.layers.irpe_flex`); opt-in, never chosen
-              automatically. Where it does not apply (iRPE on values, RoPE, an
-              ``attn_mask``, attention dropout while training, no iRPE on q /
-              k, a backward on CPU, another dtype, a failed compilation) the
-              call runs ``'explicit'`` with a warning, once per module.
+              (:mod:`~mmpe.models.layers.irpe_flex`). Where it does not
+              apply (iRPE on values, RoPE, an ``attn_mask``, attention
+              dropout while training, no iRPE on q / k, a backward on CPU,
+              another dtype, a failed compilation) the call runs
+              ``'explicit'`` with a warning, once per module.
+
+            While ``torch.compile`` traces a training step, ``'explicit'``
+            and ``'chunked'`` run as the custom op ``mmpe::attention``
+            (eager kernels inside the compiled graph).
         skip (int, optional): Leading tokens outside the grid (class
             tokens): iRPE gives them its extra bucket, RoPE leaves them
             unrotated. None: ``rpe_cfg['skip']`` or 0. Defaults to None.
+        chunk_size (int, optional): Query rows per chunk of ``'chunked'``
+            (and of ``'auto'`` when it chunks). None: automatic, about
+            :data:`~mmpe.models.layers.chunked_attention.CHUNK_ELEMENTS`
+            logits per chunk. Defaults to None.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
 
@@ -87,8 +113,9 @@ class PEAttention(BaseModule):
                  attn_drop: float = 0.,
                  rpe_cfg: Optional[Dict] = None,
                  rpe_on: str = 'k',
-                 attn_impl: str = 'explicit',
+                 attn_impl: str = 'auto',
                  skip: Optional[int] = None,
+                 chunk_size: Optional[int] = None,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if isinstance(embed_dims, bool) or not isinstance(
@@ -102,11 +129,17 @@ class PEAttention(BaseModule):
                 f'({embed_dims}), got {num_heads!r}')
         check_choice('rpe_on', rpe_on, RPE_ON_CHOICES)
         check_choice('attn_impl', attn_impl, ATTN_IMPL_CHOICES)
+        if chunk_size is not None and (isinstance(chunk_size, bool)
+                                       or not isinstance(chunk_size, int)
+                                       or chunk_size <= 0):
+            raise ValueError(f'Unsupported `chunk_size` {chunk_size!r}, '
+                             'please choose an int > 0 or None (automatic)')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
         self.attn_drop_prob = float(attn_drop)
         self.attn_impl = attn_impl
+        self.chunk_size = chunk_size
         self.rpe_cfg = None if rpe_cfg is None else dict(rpe_cfg)
         cfg_skip = (self.rpe_cfg or {}).get('skip')
         if skip is None:
@@ -123,8 +156,8 @@ class PEAttention(BaseModule):
             raise ValueError(
                 f"Unsupported `rpe_on` {rpe_on!r} with attn_impl='sdpa' (iRPE "
                 "on values needs the attention probabilities), please choose "
-                "`rpe_on` without 'v' or `attn_impl` from ('explicit', "
-                "'flex')")
+                "`rpe_on` without 'v' or `attn_impl` from ('auto', "
+                "'explicit', 'chunked', 'flex')")
         for letter in 'qkv':
             rpe = None
             if letter in self.rpe_on:
@@ -193,71 +226,152 @@ class PEAttention(BaseModule):
             # nothing padded (no sync on CPU); a graph keeps the zero mask
             key_padding_mask = None
         scale = 1.0 / math.sqrt(q.shape[-1])
-        if self.attn_impl == 'flex':
+        if not self.rpe_on:  # no relative term: the fused kernel
+            return self._sdpa(q, k, v, [], attn_mask, key_padding_mask, scale,
+                              False)
+        impl = self.attn_impl
+        if impl == 'flex':
             out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
                              height, width, rope is not None)
             if out is not None:
                 return out
-        args = (q, k, v, terms_qk, attn_mask, key_padding_mask, scale, height,
-                width)
-        if self.attn_impl == 'sdpa' or (
-                self.rpe_v is None and not self._terms_need_grad(*terms_qk)):
-            return self._sdpa(*args)
-        return self._explicit(*args)
+            impl = 'explicit'
+        # the scaled unrotated queries are the logits' queries without RoPE:
+        # one tensor, kept once for the backward
+        qs = terms_qk[0] * scale
+        ks = terms_qk[1] * scale if self.rpe_q is not None else None
+        terms = self.relative_terms(qs, ks, height, width)
+        needs_grad = torch.is_grad_enabled() and any(
+            x.requires_grad for term in terms for x in term.tensors)
+        flex_ok = (q.device.type == 'cuda' and rope is None
+                   and self._flex_reason(q, k, v, attn_mask) is None)
+        if impl == 'chunked' and is_exporting():
+            impl = 'explicit'  # exported graphs hold standard ops only
+        backend = self.select_backend(q.shape[2], needs_grad, flex_ok, impl)
+        if backend == 'flex':  # 'auto' on CUDA
+            out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
+                             height, width, False)
+            if out is not None:
+                return out
+            backend = 'chunked'
+        if backend == 'sdpa':
+            return self._sdpa(q, k, v, terms, attn_mask, key_padding_mask,
+                              scale, needs_grad)
+        mask = additive_mask(attn_mask, key_padding_mask, q)
+        q_logits = qs if rope is None else q * scale
+        if backend == 'chunked':
+            return relative_attention(q_logits, k, v, mask, terms, height,
+                                      width, self.chunk_size or 0,
+                                      dropout_p=self._dropout_p())
+        if (is_tracing() and not is_exporting() and torch.is_grad_enabled()
+                and (needs_grad or q.requires_grad or k.requires_grad
+                     or v.requires_grad)):
+            # a compiled training step: the explicit arithmetic as one
+            # opaque op (in-place kernels, see chunked_attention.py)
+            return relative_attention(q_logits, k, v, mask, terms, height,
+                                      width, save_probs=True,
+                                      dropout_p=self._dropout_p())
+        # a separate product, as always (shared with the terms, autograd
+        # would sum the gradients of q in another order)
+        return self._explicit(q * scale, k, v, terms, mask)
+
+    def select_backend(self,
+                       length: int,
+                       needs_grad: bool,
+                       flex_ok: bool = False,
+                       impl: Optional[str] = None) -> str:
+        """The backend that runs a call (the rule of ``attn_impl``).
+
+        Args:
+            length (int): Tokens ``L`` of the call.
+            needs_grad (bool): Whether a gradient flows into the relative
+                terms (training with learnable tables or contextual terms).
+            flex_ok (bool): Whether FlexAttention applies to the call
+                (CUDA, iRPE on q / k only, no RoPE, ...); only ``'auto'``
+                reads it. Defaults to False.
+            impl (str, optional): The ``attn_impl`` to apply; None: the
+                module's. Defaults to None.
+
+        Returns:
+            str: ``'sdpa'``, ``'explicit'``, ``'chunked'`` or ``'flex'``.
+        """
+        impl = self.attn_impl if impl is None else impl
+        if not self.rpe_on:
+            return 'sdpa'
+        if impl in ('sdpa', 'flex', 'chunked'):
+            return impl
+        if self.rpe_v is None and not needs_grad:
+            return 'sdpa'  # the terms as a constant mask of the fused kernel
+        if impl == 'explicit' or length < AUTO_CHUNKED_FROM:
+            return 'explicit'
+        return 'flex' if flex_ok and self.rpe_v is None else 'chunked'
 
     # ------------------------------------------------------------------
-    # backends
+    # relative terms
     # ------------------------------------------------------------------
-    def _qk_terms(self, q: Tensor, k: Tensor, scale: float):
-        """(iRPE on k, its input), (iRPE on q, its input) where present."""
-        return [(rpe, x * scale) for rpe, x in ((self.rpe_k, q),
-                                                (self.rpe_q, k))
-                if rpe is not None]
+    def relative_terms(self, qs: Tensor, ks: Optional[Tensor], height: int,
+                       width: int) -> List[RelativeTerm]:
+        """The relative terms of one call, in the order they are added:
+        iRPE on keys (from the scaled queries), on queries (from the scaled
+        keys), on values. A new kind of term is added here (see
+        docs/design.md, "How to add a relative term").
 
-    def _terms_need_grad(self, q: Tensor, k: Tensor) -> bool:
-        return torch.is_grad_enabled() and any(
-            rpe.table.requires_grad or (
-                rpe.mode == 'contextual' and x.requires_grad)
-            for rpe, x in self._qk_terms(q, k, 1.0))
+        Args:
+            qs (Tensor): Unrotated queries times ``1 / sqrt(head_dims)``
+                (B, H, L, head_dims); without RoPE the very tensor the
+                logits use.
+            ks (Tensor, optional): Unrotated keys, scaled alike; None when
+                no term reads them (no iRPE on queries).
+            height (int): Grid height.
+            width (int): Grid width.
+
+        Returns:
+            list[RelativeTerm]: Logit terms, then value terms.
+        """
+        terms = [rpe.term(x, height, width)
+                 for rpe, x in ((self.rpe_k, qs), (self.rpe_q, ks))
+                 if rpe is not None]
+        if self.rpe_v is not None:
+            terms.append(self.rpe_v.term(qs, height, width))
+        return terms
 
     def _dropout_p(self) -> float:
         return self.attn_drop_prob if self.training else 0.0
 
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor,
-                  terms_qk: Tuple[Tensor, Tensor],
-                  attn_mask: Optional[Tensor],
-                  key_padding_mask: Optional[Tensor], scale: float,
-                  height: int, width: int) -> Tensor:
-        """(B, H, L, L) logits with the iRPE terms added in place."""
-        logits = (q * scale) @ k.transpose(-2, -1)  # (B, H, L, L), fresh
-        for rpe, x in self._qk_terms(*terms_qk, scale):
-            logits = rpe(x, height, width, logits=logits)
-        mask = additive_mask(attn_mask, key_padding_mask, logits)
-        attn = masked_softmax(logits, mask)
+    # ------------------------------------------------------------------
+    # backends
+    # ------------------------------------------------------------------
+    def _explicit(self, qs: Tensor, k: Tensor, v: Tensor,
+                  terms: List[RelativeTerm],
+                  mask: Optional[Tensor]) -> Tensor:
+        """(B, H, L, L) logits of the scaled queries ``qs`` with the terms
+        added in place, softmax, and the value terms; autograd's
+        backward."""
+        logit_terms, value_terms = split_terms(terms)
+        attn = attention_probs(qs, k, logit_terms, mask)
         drop = self._dropout_p()
         if drop > 0:
             attn = F.dropout(attn, drop, True)
         out = attn @ v  # (B, H, L, head_dims)
-        if self.rpe_v is not None:
-            out = out + self.rpe_v(attn, height, width)
+        for term in value_terms:
+            out = out + term.out_rows(attn, None)
         return out
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor,
-              terms_qk: Tuple[Tensor, Tensor], attn_mask: Optional[Tensor],
-              key_padding_mask: Optional[Tensor], scale: float, height: int,
-              width: int) -> Tensor:
-        """The iRPE terms and masks as the float mask of SDPA."""
-        terms = [(rpe(x, height, width), rpe.mode == 'contextual')
-                 for rpe, x in self._qk_terms(*terms_qk, scale)]
+              terms: List[RelativeTerm], attn_mask: Optional[Tensor],
+              key_padding_mask: Optional[Tensor], scale: float,
+              needs_grad: bool) -> Tensor:
+        """The logit terms and masks as the float mask of SDPA."""
+        dense = [term.dense() for term in terms]
         mask = additive_mask(attn_mask, key_padding_mask, q)
-        if self._terms_need_grad(*terms_qk):
+        if needs_grad:
             # out of place: autograd forbids in-place adds to the views the
             # iRPE expansion returns
             bias = mask
-            for term, _ in terms:
+            for term, _ in dense:
                 bias = term if bias is None else bias + term
         else:
-            bias = constant_bias(terms, mask)
+            bias = constant_bias(dense, mask)
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, dropout_p=self._dropout_p(),
             scale=scale)
@@ -283,8 +397,10 @@ class PEAttention(BaseModule):
                 self._flex_failed.add((q.device.type, q.dtype))
                 reason = (f'FlexAttention failed on {q.device.type} '
                           f'({type(e).__name__}: {str(e)[:200]})')
-        self._warn_once(f"{type(self).__name__} attn_impl='flex' falls back "
-                        f'to the explicit backend: {reason}')
+        fallback = 'chunked' if self.attn_impl == 'auto' else 'explicit'
+        self._warn_once(f"{type(self).__name__} attn_impl="
+                        f"{self.attn_impl!r} falls back to the {fallback} "
+                        f'backend: {reason}')
         return None
 
     def _flex_reason(self, q: Tensor, k: Tensor, v: Tensor,
@@ -305,7 +421,7 @@ class PEAttention(BaseModule):
         requires_grad = torch.is_grad_enabled() and (
             q.requires_grad or k.requires_grad or v.requires_grad or any(
                 rpe.table.requires_grad
-                for rpe, _ in self._qk_terms(q, k, 1.0)))
+                for rpe in (self.rpe_k, self.rpe_q) if rpe is not None))
         return flex_unsupported_reason(q.device, requires_grad)
 
     def _warn_once(self, msg: str) -> None:

@@ -19,3 +19,12 @@ def is_tracing() -> bool:
     graph break.
     """
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def is_exporting() -> bool:
+    """True while ``torch.export`` (and with it the dynamo ONNX exporter),
+    the TorchScript ONNX exporter or the TorchScript tracer records the
+    forward: graphs that must consist of standard ATen ops, unlike a
+    ``torch.compile`` graph, which may call mmpe's custom ops."""
+    return (torch.compiler.is_exporting() or torch.jit.is_tracing()
+            or torch.onnx.is_in_onnx_export())

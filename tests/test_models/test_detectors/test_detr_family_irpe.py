@@ -114,7 +114,7 @@ def test_plain_state_dict_loads_and_zero_tables_equal_plain(name, variant):
     rpes = [m for m in irpe.modules() if isinstance(m, iRPE)]
     assert len(rpes) == 3 * per_layer
     assert all(m.mode == attn.get('mode', 'contextual') for m in rpes)
-    assert all(layer.self_attn.attn_impl == attn.get('attn_impl', 'explicit')
+    assert all(layer.self_attn.attn_impl == attn.get('attn_impl', 'auto')
                for layer in irpe.encoder.layers)
     assert all(torch.count_nonzero(m.table) == 0 for m in rpes)
 

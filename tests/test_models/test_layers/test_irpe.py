@@ -8,7 +8,6 @@ import torch
 
 from mmdet.registry import MODELS
 from mmpe.models.layers import iRPE
-from mmpe.models.layers import irpe_plans
 from mmpe.models.layers.irpe_index import get_bucket_ids_2d
 
 # float64 reference vs the module in float64: only summation order differs
@@ -180,32 +179,6 @@ def test_gradcheck(mode, method, on):
         return rpe(x, 2, 3)
 
     assert torch.autograd.gradcheck(fn, (x, table))
-
-
-@pytest.mark.parametrize('on', ['q', 'k', 'v'])
-@pytest.mark.parametrize('chunk', [1, 3])
-def test_product_reduce_chunks(on, chunk, monkeypatch):
-    """Batch items split into chunks (the last one shorter) or not."""
-    torch.manual_seed(4)
-    rpe = iRPE(4, 2, on=on, shared_head=False).double()
-    with torch.no_grad():
-        rpe.table.normal_()
-    x = make_input(rpe, 2, 4 * 5).requires_grad_()
-    out = rpe(x, 4, 5)
-    grad = torch.randn_like(out)
-    out.backward(grad)
-    expected = (out.detach(), x.grad.clone(), rpe.table.grad.clone())
-    x.grad, rpe.table.grad = None, None
-    # 4 items (batch 2 x 2 heads); one item's temporaries: 20 * 7 * 5
-    monkeypatch.setattr(irpe_plans.ProductPlan, 'max_chunk_elems',
-                        chunk * 20 * 7 * 5)
-    out = rpe(x, 4, 5)
-    out.backward(grad)
-    for a, b in zip((out, x.grad, rpe.table.grad), expected):
-        torch.testing.assert_close(a, b, rtol=0, atol=_F64_ATOL)
-    if on == 'k':  # the chunked in-place path
-        out = rpe(x, 4, 5, logits=torch.zeros_like(out))
-        torch.testing.assert_close(out, expected[0], rtol=0, atol=_F64_ATOL)
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from mmpe.models.layers import iRPE, iRPEMultiheadAttention
+from mmpe.models.layers import PEAttention, iRPE, iRPEMultiheadAttention
 from mmpe.models.layers import attention_ops
 from mmpe.models.layers import pe_attention as attn_mod
+from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
 from mmpe.models.layers.irpe_flex import (FLEX_AVAILABLE,
                                           flex_unsupported_reason,
                                           irpe_flex_attention)
@@ -161,15 +162,21 @@ def test_explicit_no_grad_path_equals_autograd_path(rpe, rpe_on):
     torch.testing.assert_close(got, want.detach(), atol=ATOL, rtol=0)
 
 
-def test_flex_is_never_chosen_automatically(eager_flex):
-    """'explicit' is the default; only attn_impl='flex' takes the fused path.
-    """
+def test_flex_is_never_chosen_automatically_on_cpu(eager_flex):
+    """The default ('auto') takes FlexAttention only on CUDA: on CPU neither
+    inference nor training at a length where it chunks calls it; only
+    attn_impl='flex' takes the fused path."""
     m = iRPEMultiheadAttention(
         32, 4, batch_first=True, rpe_cfg=dict(ratio=1.0)).eval()
-    assert m.attn_impl == 'explicit'
+    assert m.attn_impl == 'auto'
     x, pos, mask = _inputs()
     with torch.no_grad():
         m(x, query_pos=pos, key_padding_mask=mask, spatial_shape=(3, 4))
+    grid = (32, AUTO_CHUNKED_FROM // 32)
+    core = PEAttention(8, 2, rpe_cfg=dict(ratio=1.0, init='xavier'))
+    q, k, v = (torch.randn(1, 2, grid[0] * grid[1], 4, requires_grad=True)
+               for _ in range(3))
+    core.attend(q, k, v, grid).sum().backward()
     assert not eager_flex
     with torch.no_grad():
         _module('flex')(x, query_pos=pos, key_padding_mask=mask,
@@ -267,3 +274,88 @@ def test_compiled_kernel_equals_explicit_on_cpu():
                    spatial_shape=(4, 5))
     assert not flex._flex_failed, 'the kernel did not compile'
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------------------
+# training on CUDA (PyTorch refuses FlexAttention's backward on CPU)
+# ---------------------------------------------------------------------------
+cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason='FlexAttention trains on CUDA only (no backward on CPU)')
+# float32 kernels that sum in another order (flex tiles, cuBLAS); no TF32
+CUDA_ATOL = 1e-4
+
+
+def _cores(rpe_on, mode, method, skip, shared):
+    """An explicit and a flex PEAttention with the same random tables."""
+    cores = []
+    for impl in ('explicit', 'flex'):
+        torch.manual_seed(0)
+        core = PEAttention(
+            32, 2, rpe_on=rpe_on, skip=skip, attn_impl=impl,
+            rpe_cfg=dict(mode=mode, method=method, ratio=1.0,
+                         shared_head=shared, init='xavier')).cuda()
+        cores.append(core)
+    return cores
+
+
+def _train_call(core, grid, skip):
+    torch.manual_seed(1)
+    n = skip + grid[0] * grid[1]
+    q, k, v = (torch.randn(2, 2, n, 16, device='cuda', requires_grad=True)
+               for _ in range(3))
+    mask = torch.zeros(2, n, dtype=torch.bool, device='cuda')
+    mask[1, -5:] = True
+    out = core.attend(q, k, v, grid, mask)
+    out.backward(torch.randn_like(out))
+    tables = {n: p.grad for n, p in core.named_parameters()}
+    return out.detach(), (q.grad, k.grad, v.grad), tables
+
+
+@cuda
+@pytest.mark.parametrize('mode,method,on,skip,shared', CASES)
+def test_cuda_flex_training_equals_explicit(mode, method, on, skip, shared):
+    """Forward and backward of the fused kernel: gradients of q, k, v and,
+    through the per-bucket lookups, of the tables."""
+    assert not torch.backends.cuda.matmul.allow_tf32
+    explicit, flex = _cores(on, mode, method, skip, shared)
+    want = _train_call(explicit, (5, 7), skip)
+    got = _train_call(flex, (5, 7), skip)
+    assert not flex._flex_failed and not flex._warned
+    torch.testing.assert_close(got[0], want[0], atol=CUDA_ATOL, rtol=0)
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w, atol=CUDA_ATOL, rtol=0)
+    assert got[2].keys() == want[2].keys()
+    for name in want[2]:
+        torch.testing.assert_close(got[2][name], want[2][name],
+                                   atol=CUDA_ATOL, rtol=0, msg=name)
+
+
+@cuda
+def test_cuda_auto_trains_long_sequences_with_flex(monkeypatch):
+    """attn_impl='auto' on CUDA from AUTO_CHUNKED_FROM tokens on: the fused
+    kernel, equal to the explicit backend."""
+    calls = []
+    real = attn_mod.irpe_flex_attention
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attn_mod, 'irpe_flex_attention', spy)
+    grid = (32, AUTO_CHUNKED_FROM // 32)
+    explicit, _ = _cores('qk', 'contextual', 'product', 0, True)
+    torch.manual_seed(0)
+    auto = PEAttention(32, 2, rpe_on='qk', rpe_cfg=dict(
+        mode='contextual', method='product', ratio=1.0,
+        init='xavier')).cuda()
+    auto.load_state_dict(explicit.state_dict())
+    want = _train_call(explicit, grid, 0)
+    got = _train_call(auto, grid, 0)
+    assert calls == [1]
+    torch.testing.assert_close(got[0], want[0], atol=CUDA_ATOL, rtol=0)
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w, atol=CUDA_ATOL, rtol=0)
+    for name in want[2]:
+        torch.testing.assert_close(got[2][name], want[2][name],
+                                   atol=CUDA_ATOL, rtol=0, msg=name)

@@ -6,11 +6,13 @@ from typing import Optional, Tuple, Union
 import pytest
 import torch
 
-from mmpe.models.layers.irpe_index import (METHODS, clip_index,
-                                           get_bucket_ids_2d, get_num_buckets,
-                                           max_index, num_buckets_per_table,
+from mmpe.models.layers.irpe_index import (METHODS, axis_bucket_tables,
+                                           clip_index, get_bucket_ids_2d,
+                                           get_num_buckets, max_index,
+                                           num_buckets_per_table,
                                            piecewise_index, ratio_to_abg,
-                                           relative_index_1d)
+                                           relative_index_1d,
+                                           spatial_bucket_ids)
 
 # Ratios whose Eq. 18 values have no rounding ties on the tested distances,
 # so the float64 reference below and the float32 implementation (as the
@@ -188,6 +190,32 @@ def test_bucket_ids_detr_grid():
     expected = ref_bucket_ids(25, 42, 'product', 'piecewise', 1.9, None, 0)
     assert torch.equal(ids, expected)
     assert set(ids.unique().tolist()) == set(range(49))  # all reachable
+
+
+@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize('rows,cols', [
+    ((0, 30), None),  # all queries
+    ((4, 11), None),  # a chunk of rows starting and ending inside grid rows
+    ((29, 30), None),  # the last query
+    (None, (5, 17)),  # a range of keys (iRPE on queries, read transposed)
+    (None, (0, 1)),
+    ((2, 9), (13, 30)),
+])
+def test_block_ids_match_loops(method, rows, cols):
+    """Any block of the (L0, L0) map from the per-axis tables, never the
+    map: the loop reference's block (5 x 6 grid, ratio 1)."""
+    height, width, ratio = 5, 6, 1.0
+    side = 2 * max_index('piecewise', ratio) + 1
+    tables = axis_bucket_tables(height, width, method, ratio=ratio)
+    got = spatial_bucket_ids(tables, height, width, method, side, rows, cols,
+                             col_offset=side)
+    # without skip tokens the reference offsets cross's column ids by
+    # num_buckets_per_table = side, as col_offset above
+    expected = ref_bucket_ids(height, width, method, 'piecewise', ratio,
+                              None, 0)
+    r0, r1 = rows or (0, 30)
+    c0, c1 = cols or (0, 30)
+    assert torch.equal(got, expected[..., r0:r1, c0:c1])
 
 
 def test_bucket_conventions():

@@ -125,8 +125,11 @@ def test_vit_attention_equals_a_direct_loop_with_rope_and_irpe():
 def test_bad_arguments_name_the_value_and_choices():
     with pytest.raises(ValueError, match=r"rpe_on.*'kv'.*'sdpa'"):
         PEAttention(16, 2, rpe_cfg={}, rpe_on='kv', attn_impl='sdpa')
-    with pytest.raises(ValueError, match=r"attn_impl.*'auto'.*'explicit'"):
-        PEAttention(16, 2, attn_impl='auto')
+    with pytest.raises(ValueError,
+                       match=r"attn_impl.*'fused'.*'auto'.*'chunked'"):
+        PEAttention(16, 2, attn_impl='fused')
+    with pytest.raises(ValueError, match=r'chunk_size.*0.*int > 0'):
+        PEAttention(16, 2, rpe_cfg={}, chunk_size=0)
     with pytest.raises(ValueError, match=r'rpe_cfg.skip.*2.*skip.*1'):
         PEAttention(16, 2, rpe_cfg=dict(skip=2), skip=1)
     with pytest.raises(ValueError, match=r'num_heads.*3'):

@@ -1,0 +1,80 @@
+"""Smoke tests of the long-sequence part of tools/benchmark/attention.py
+(``--long``): the rows, ratios and aims of a tiny run, and one peak-memory
+row in its own process. No timing is asserted."""
+import json
+
+import pytest
+import torch
+
+from test_benchmark_and_visualisers import _tool as _script
+
+
+def _tool():
+    return _script('benchmark', 'attention.py')
+
+
+def test_long_benchmark_quick_json(tmp_path):
+    tool = _tool()
+    out = tmp_path / 'long.json'
+    # backend 'eager': dynamo traces (graph breaks counted), no codegen
+    tool.main([
+        '--long', '--long-grids', '4x6', '--head-cfgs', 'detr', 'vit-s',
+        '--rounds', '1', '--backend', 'eager', '--no-memory', '--threads',
+        '1', '--out', str(out)
+    ])
+    res = json.loads(out.read_text())
+    assert res['env']['threads'] == 1
+    assert [(g['length'], g['cfg']) for g in res['groups']] == [(24, 'detr'),
+                                                                (24, 'vit-s')]
+    for g in res['groups']:
+        names = [r['name'] for r in g['rows']]
+        # 24 tokens: the default runs explicit, so the chunked row is added
+        assert names == [
+            f'{v} {m}' for v in (tool.LONG_BASE, tool.LONG_CTX,
+                                 'mmpe ctx product k (chunked)',
+                                 'mmpe bias product k', 'mmpe ctx product qkv')
+            for m in tool.LONG_MODES
+        ]
+        by = {(r['variant'], r['mode']): r for r in g['rows']}
+        for r in g['rows']:
+            base = by[(tool.LONG_BASE, r['mode'])]
+            assert r['x'] == pytest.approx(r['fwd_bwd_ms'] /
+                                           base['fwd_bwd_ms'])
+            assert len(r['fwd_bwd_ms_all']) == 1 and r['cpu_ms'] > 0
+            if r['mode'] == 'compiled':
+                eager = by[(r['variant'], 'eager')]
+                assert r['c_e'] == pytest.approx(r['fwd_bwd_ms'] /
+                                                 eager['fwd_bwd_ms'])
+                assert r['graph_breaks'] == 0, r['name']
+    # the 1050-token aim does not apply to 24 tokens; compiled < eager does
+    aims = [a['aim'] for a in res['aims']]
+    assert all('compiled < eager' in a for a in aims) and len(aims) == 8
+
+
+def test_memory_row_in_its_own_process():
+    tool = _tool()
+    spec = dict(length=24, grid=[4, 6], cfg='detr',
+                variant='mmpe ctx product k (chunked)', mode='eager',
+                batch=2, pad=0.25, device='cpu', backend='eager', threads=1)
+    mem = tool._memory_subprocess(spec)
+    assert mem['length'] == 24
+    assert mem['tensor_peak'] > 0
+    assert mem['rss_peak'] is None or mem['rss_peak'] >= 0
+
+
+def test_rows_skip_what_the_default_runs():
+    """At and above AUTO_CHUNKED_FROM the default row is chunked, so the
+    explicit row is the comparison (up to --explicit-max-length)."""
+    tool = _tool()
+    from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
+    args = tool.parse_args(['--long', '--modes', 'eager', '--variants',
+                            'ctx product k'])
+    rows = tool.long_rows(AUTO_CHUNKED_FROM, 'detr', args,
+                          torch.device('cpu'))
+    assert [r.variant for r in rows] == [
+        tool.LONG_BASE, tool.LONG_CTX, 'mmpe ctx product k (explicit)'
+    ]
+    args.explicit_max_length = AUTO_CHUNKED_FROM - 1
+    rows = tool.long_rows(AUTO_CHUNKED_FROM, 'detr', args,
+                          torch.device('cpu'))
+    assert [r.variant for r in rows] == [tool.LONG_BASE, tool.LONG_CTX]
