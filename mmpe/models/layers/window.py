@@ -53,14 +53,9 @@ def unpartition_grid(windows: Tensor, hw_shape: Tuple[int, int],
                      window_size: int) -> Tensor:
     """Inverse of :func:`partition_grid`: ``(N * nh * nw, S * S, C)`` ->
     ``(N, h, w, C)``, the padding cropped."""
-    h, w = hw_shape
-    s = window_size
-    nh, nw = window_grid(hw_shape, s)
-    c = windows.shape[-1]
-    # (N*nh*nw, S*S, C) -> (N, nh, nw, S, S, C) -> (N, nh, S, nw, S, C)
-    x = windows.reshape(-1, nh, nw, s, s, c).permute(0, 1, 3, 2, 4, 5)
-    x = x.reshape(-1, nh * s, nw * s, c)
-    return x[:, :h, :w]
+    x = merge_windows(windows, hw_shape, window_size)
+    # (N, h*w, C) -> (N, h, w, C)
+    return x.reshape(x.shape[0], hw_shape[0], hw_shape[1], x.shape[-1])
 
 
 def window_tokens(x: Tensor, hw_shape: Tuple[int, int],
@@ -76,10 +71,22 @@ def window_tokens(x: Tensor, hw_shape: Tuple[int, int],
 def merge_windows(windows: Tensor, hw_shape: Tuple[int, int],
                   window_size: int) -> Tensor:
     """Windows ``(B * nh * nw, S * S, C)`` -> grid tokens ``(B, h * w, C)``
-    (inverse of :func:`window_tokens`)."""
-    x = unpartition_grid(windows, hw_shape, window_size)
-    # (B, h, w, C) -> (B, h*w, C)
-    return x.reshape(x.shape[0], -1, x.shape[-1])
+    (inverse of :func:`window_tokens`, the padding cropped)."""
+    h, w = hw_shape
+    s = window_size
+    nh, nw = window_grid(hw_shape, s)
+    c = windows.shape[-1]
+    # (B*nh*nw, S*S, C) -> (B, nh, nw, S, S, C) -> (B, nh, S, nw, S, C)
+    x = windows.reshape(-1, nh, nw, s, s, c).permute(0, 1, 3, 2, 4, 5)
+    # -> (B, nh*S * nw*S, C), row-major over the padded grid
+    x = x.reshape(x.shape[0], -1, c)
+    # the grid's tokens by index, not by a slice of the padded grid: a
+    # slice's layout depends on whether anything was cropped, and a traced
+    # graph would guard on whether the grid is whole windows
+    rows = torch.arange(h, device=x.device)
+    cols = torch.arange(w, device=x.device)
+    index = (rows[:, None] * (nw * s) + cols[None, :]).flatten()
+    return x.index_select(1, index)
 
 
 def window_key_mask(key_padding_mask: Optional[Tensor], batch: int,
