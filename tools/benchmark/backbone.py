@@ -134,27 +134,30 @@ def _size(text: str) -> Tuple[int, int]:
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--archs', nargs='+', default=['s', 'b'],
-                        choices=list(ARCHS), help='ViT-S and / or ViT-B')
-    parser.add_argument('--sizes', nargs='+', type=_size,
-                        default=[(1024, 1024), (800, 1333)],
-                        help='image sizes WIDTHxHEIGHT')
+    parser.add_argument('--archs', nargs='+', default=None,
+                        choices=list(ARCHS),
+                        help='ViT-S and / or ViT-B (default both)')
+    parser.add_argument('--sizes', nargs='+', type=_size, default=None,
+                        help='image sizes WIDTHxHEIGHT (default 1024x1024 '
+                        '1333x800)')
     parser.add_argument('--encodings', nargs='+', default=list(ENCODINGS),
                         choices=list(ENCODINGS))
     parser.add_argument('--layouts', nargs='+', default=list(LAYOUTS),
                         choices=list(LAYOUTS))
-    parser.add_argument('--depth', type=int, default=12,
-                        help='blocks (12: the real ViT; 3: one global '
-                        'block after two window blocks)')
+    parser.add_argument('--depth', type=int, default=None,
+                        help='blocks (default 12: the real ViT; 3: one '
+                        'global block after two window blocks)')
     parser.add_argument('--window', type=int, default=14)
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--threads', type=int, default=1,
                         help='torch threads of every row')
-    parser.add_argument('--warmup', type=int, default=1)
-    parser.add_argument('--repeats', type=int, default=2)
+    parser.add_argument('--warmup', type=int, default=None,
+                        help='untimed steps first (default 1)')
+    parser.add_argument('--repeats', type=int, default=None,
+                        help='timed steps (default 2)')
     parser.add_argument('--quick', action='store_true',
-                        help='depth 3, ViT-S, 448x448, 1 repeat: tries '
-                        'the script in a minute')
+                        help='defaults of depth 3, ViT-S, 448x448, no '
+                        'warm-up, 1 repeat: tries the script in a minute')
     parser.add_argument('--out', help='write every row as JSON here')
     # one row (run by the parent in a subprocess)
     parser.add_argument('--child', action='store_true',
@@ -165,9 +168,14 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help=argparse.SUPPRESS)
     parser.add_argument('--encoding', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    defaults = dict(depth=12, archs=['s', 'b'],
+                    sizes=[(1024, 1024), (800, 1333)], warmup=1, repeats=2)
     if args.quick:
-        args.depth, args.archs, args.sizes = 3, ['s'], [(448, 448)]
-        args.warmup, args.repeats = 0, 1
+        defaults.update(depth=3, archs=['s'], sizes=[(448, 448)], warmup=0,
+                        repeats=1)
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     for name in ('depth', 'window', 'batch', 'threads', 'repeats'):
         if getattr(args, name) < 1:
             parser.error(f'--{name} must be >= 1, got {getattr(args, name)}')
