@@ -3,9 +3,10 @@
 # 8, 11), pyramid, heads, data and recipe (layer-wise lr decay 0.7, drop
 # path 0.1).
 #
-# ImageNet initialisation: DeiT-Small, the file of the PEG config (iRPE tables start at zero):
+# ImageNet initialisation: DeiT-Small, the file of the PEG config (the iRPE
+# tables start at zero):
 #   wget https://dl.fbaipublicfiles.com/deit/deit_small_patch16_224-cd65a155.pth
-#   python tools/model_converters/timm_vit_to_cpvt.py \\
+#   python tools/model_converters/timm_vit_to_cpvt.py \
 #       deit_small_patch16_224-cd65a155.pth checkpoints/cpvt-s_deit-in1k.pth
 _base_ = './mask-rcnn_vit-b-irpe_vitdet_lsj-100e_coco.py'
 

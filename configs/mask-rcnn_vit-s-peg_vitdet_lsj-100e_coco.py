@@ -3,9 +3,10 @@
 # 8, 11), pyramid, heads, data and recipe (layer-wise lr decay 0.7, drop
 # path 0.1).
 #
-# ImageNet initialisation: DeiT-Small (as configs/mask-rcnn_cpvt-s_fpn_1x_coco.py), converted once:
+# ImageNet initialisation: DeiT-Small (the file of
+# configs/mask-rcnn_cpvt-s_fpn_1x_coco.py), converted once:
 #   wget https://dl.fbaipublicfiles.com/deit/deit_small_patch16_224-cd65a155.pth
-#   python tools/model_converters/timm_vit_to_cpvt.py \\
+#   python tools/model_converters/timm_vit_to_cpvt.py \
 #       deit_small_patch16_224-cd65a155.pth checkpoints/cpvt-s_deit-in1k.pth
 _base_ = './mask-rcnn_vit-b-peg_vitdet_lsj-100e_coco.py'
 

@@ -37,8 +37,8 @@ get and note its load (printed)::
         --out work_dirs/bench_backbone_d3.json
     python tools/benchmark/backbone.py --quick   # small, to try the script
 
-The parent process imports no torch (it only starts the children), so the
-children's numbers do not include it.
+The children's numbers count their own process image only (``exec``
+starts ``VmHWM`` afresh), not the parent that starts them.
 """
 import argparse
 import json
@@ -52,6 +52,11 @@ from datetime import datetime, timezone
 from typing import Dict, List, Optional, Tuple
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from mmpe.utils.benchmark_helpers import (  # noqa: E402
+    parse_image_size, resident_mb, write_json)
 ARCHS = {'s': 'small', 'b': 'base'}
 ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe')
 LAYOUTS = ('global', 'windowed')
@@ -71,19 +76,10 @@ def row_name(layout: str, encoding: str) -> str:
     return f'{layout} {encoding}'
 
 
-def _status_mb(field: str) -> float:
-    """``VmRSS`` / ``VmHWM`` of this process in MB (Linux)."""
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f'no {field} in /proc/self/status')
-
-
 def child(args: argparse.Namespace) -> dict:
     """One row: build, step ``warmup + repeats`` times, report."""
     import torch
-    sys.path.insert(0, ROOT)
+
     from mmpe.models.backbones import CPVT
 
     torch.set_num_threads(args.threads)
@@ -100,7 +96,7 @@ def child(args: argparse.Namespace) -> dict:
     model = CPVT(arch=arch, **kwargs).train()
     height, width = args.size
     x = torch.randn(args.batch, 3, height, width)
-    rss_before = _status_mb('VmRSS')
+    rss_before = resident_mb('VmRSS')
     times = []
     for i in range(args.warmup + args.repeats):
         model.zero_grad(set_to_none=True)
@@ -111,7 +107,7 @@ def child(args: argparse.Namespace) -> dict:
         if i >= args.warmup:
             times.append(elapsed)
         del out
-    peak = _status_mb('VmHWM')
+    peak = resident_mb('VmHWM')
     return dict(
         ms=1000 * statistics.median(times),
         times_ms=[1000 * t for t in times],
@@ -122,22 +118,13 @@ def child(args: argparse.Namespace) -> dict:
         torch=torch.__version__)
 
 
-def _size(text: str) -> Tuple[int, int]:
-    """'WxH' (image width x height, as 1333x800 is written) -> (H, W)."""
-    try:
-        width, height = (int(v) for v in text.lower().split('x'))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'image size {text!r}: write WIDTHxHEIGHT, e.g. 1333x800')
-    return height, width
-
-
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--archs', nargs='+', default=None,
                         choices=list(ARCHS),
                         help='ViT-S and / or ViT-B (default both)')
-    parser.add_argument('--sizes', nargs='+', type=_size, default=None,
+    parser.add_argument('--sizes', nargs='+', type=parse_image_size,
+                        default=None,
                         help='image sizes WIDTHxHEIGHT (default 1024x1024 '
                         '1333x800)')
     parser.add_argument('--encodings', nargs='+', default=list(ENCODINGS),
@@ -163,7 +150,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--child', action='store_true',
                         help=argparse.SUPPRESS)
     parser.add_argument('--arch', choices=list(ARCHS), help=argparse.SUPPRESS)
-    parser.add_argument('--size', type=_size, help=argparse.SUPPRESS)
+    parser.add_argument('--size', type=parse_image_size,
+                        help=argparse.SUPPRESS)
     parser.add_argument('--layout', choices=list(LAYOUTS),
                         help=argparse.SUPPRESS)
     parser.add_argument('--encoding', help=argparse.SUPPRESS)
@@ -287,10 +275,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
           f'{result["env"]["load_avg_end"]} at the end')
     print_table(rows)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-        print(f'wrote {args.out}')
+        write_json(args.out, result)
     return result
 
 

@@ -59,6 +59,9 @@ from mmdet.utils import register_all_modules  # noqa: E402
 from mmengine.config import Config, DictAction  # noqa: E402
 from mmengine.optim import build_optim_wrapper  # noqa: E402
 
+from mmpe.utils.benchmark_helpers import (  # noqa: E402
+    parse_image_size, resident_mb, write_json)
+
 CONFIGS = [
     'configs/quickstart/detr_r18_synthetic.py',
     'configs/quickstart/detr_irpe_r18_synthetic.py'
@@ -132,15 +135,6 @@ def _paths(configs: List[str]) -> List[str]:
     ]
 
 
-def _status_mb(field: str) -> float:
-    """``VmRSS`` / ``VmHWM`` of this process in MB (Linux)."""
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f'no {field} in /proc/self/status')
-
-
 def step(model, optim, packed: dict, device: torch.device) -> float:
     """Seconds of one ``model.train_step``."""
     data = dict(
@@ -175,7 +169,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int, default=None)
     parser.add_argument('--quick', action='store_true',
                         help='batch 2 of 64-96 px images, 1 warm-up, 2 rounds')
-    parser.add_argument('--image-size', type=_image_size, default=None,
+    parser.add_argument('--image-size', type=parse_image_size, default=None,
                         help='every image WIDTHxHEIGHT (e.g. 1333x800) '
                         'instead of random sizes')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -194,16 +188,6 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.batch, args.min_size, args.max_size = 2, 64, 96
         args.warmup, args.rounds = 1, 2
     return args
-
-
-def _image_size(text: str) -> Tuple[int, int]:
-    """'WxH' (as 1333x800 is written) -> (H, W)."""
-    try:
-        width, height = (int(v) for v in text.lower().split('x'))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'image size {text!r}: write WIDTHxHEIGHT, e.g. 1333x800')
-    return height, width
 
 
 def _batch_for(args, built) -> dict:
@@ -228,13 +212,13 @@ def _child_row(args, device) -> dict:
     label, path, options = variants(args)[args.child]
     built = build(path, device, options)
     packed = _batch_for(args, built)
-    rss_before = _status_mb('VmRSS')
+    rss_before = resident_mb('VmRSS')
     ts = []
     for i in range(args.warmup + args.rounds):
         t = step(built[0], built[1], packed, device)
         if i >= args.warmup:
             ts.append(t)
-    peak = _status_mb('VmHWM')
+    peak = resident_mb('VmHWM')
     return dict(times_s=ts, peak_mb=peak, step_mb=peak - rss_before,
                 grid=_grid(built[0], packed),
                 batch_shapes=[list(t.shape[-2:]) for t in packed['inputs']])
@@ -326,10 +310,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
         print(f'{row["config"]:<60}{row["median_s"]:>9.3f}'
               f'{row["ratio"]:>7.2f}{mem}')
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-        print(f'wrote {args.out}')
+        write_json(args.out, result)
     return result
 
 

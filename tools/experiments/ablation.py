@@ -41,9 +41,9 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
 
 Every run is ``tools/train.py`` (and ``tools/analysis/eval_resolutions.py``
 for ``cpvt_res`` and ``vitdet_layout``) in a subprocess; the final
-validation metrics are read from the run's ``scalars.json``. The table (mean +- sample std over seeds, wall
-time) goes to stdout, to ``--out`` (JSON) and, with ``--markdown``, to a
-Markdown file::
+validation metrics are read from the run's ``scalars.json``. The table
+(mean +- sample std over seeds, wall time) goes to stdout, to ``--out``
+(JSON) and, with ``--markdown``, to a Markdown file::
 
     # all three studies, two runs at a time on a 2-core machine (~2.5 h)
     python tools/experiments/ablation.py --jobs 2 --markdown docs/ablation.md

@@ -39,7 +39,8 @@ ENCODINGS = {
     'sine+peg+irpe': dict(pos_encoding=('sine', 'peg', 'irpe')),
 }
 _F64_ATOL = 1e-10  # float64: the same sums in another order
-RECORDED = osp.join(osp.dirname(__file__), 'fixtures', 'cpvt_global_outputs.pt')
+RECORDED = osp.join(
+    osp.dirname(__file__), 'fixtures', 'cpvt_global_outputs.pt')
 
 
 def _model(window_size=WINDOW, seed=0, **kwargs):
