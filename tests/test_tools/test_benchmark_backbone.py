@@ -41,7 +41,22 @@ def test_backbone_benchmark_rows_and_ratios(tmp_path):
     assert aim['met'] == (rows['windowed irpe']['x_time'] <= 1.2
                           and rows['windowed irpe']['x_step_mb'] <= 1.3)
     assert 'global irpe' in rows and 'aim' not in rows['global irpe']
+    assert rows['global irpe']['x_time_layout'] == pytest.approx(
+        rows['global irpe']['ms'] / rows['global none']['ms'])
     assert res['env']['load_avg_start'] and res['args']['depth'] == 3
+
+
+def test_backbone_benchmark_windows_only_layout(tmp_path):
+    tool = _tool('backbone.py')
+    out = tmp_path / 'bb.json'
+    tool.main(['--quick', '--sizes', '224x160', '--encodings', 'rope2d',
+               '--layouts', 'windows-only', '--repeats', '1', '--out',
+               str(out)])
+    rows = {r['row']: r for r in json.loads(out.read_text())['rows']}
+    assert list(rows) == ['windows-only none', 'windows-only rope2d']
+    # no 'windowed none' in this run: no ratio to it, none to its own layout
+    assert rows['windows-only rope2d']['x_time'] is None
+    assert rows['windows-only none']['x_time_layout'] == pytest.approx(1.0)
 
 
 def test_backbone_benchmark_global_blocks_follow_vitdet():

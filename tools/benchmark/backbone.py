@@ -12,7 +12,10 @@ rows:
 * ``global <pe>``: global attention with each encoding of ``--encodings``;
 * ``windowed none``: ViTDet's layout (``--window`` 14 x 14 windows; global
   attention in blocks 2, 5, 8, 11 of 12, i.e. every third block);
-* ``windowed <pe>``: the windowed layout with each encoding.
+* ``windowed <pe>``: the windowed layout with each encoding;
+* ``windows-only none`` / ``windows-only <pe>`` (``--layouts``, not by
+  default): every block in windows, no global block; what an encoding
+  costs inside windows alone.
 
 Encodings: ``peg`` (after block 0), ``learnable``, ``sine``, ``rope2d``,
 ``rope-mixed`` and ``irpe`` (contextual product on keys, ratio 1.9, the iRPE
@@ -25,9 +28,9 @@ median step time and its high-water resident size (``VmHWM`` of
 ``/proc/self/status``, which counts only this process image). ``peak MB``
 is that high-water mark; ``step MB`` is the high-water mark above the
 resident size before the first step (activations, attention buffers,
-gradients: what the step itself costs). Ratios divide by the
+gradients: what the step itself costs). Ratios (``x``) divide by the
 ``windowed none`` row of the same ViT and image size, measured in the same
-run. Nothing is timed in a test; run this on a machine as quiet as you can
+run; ``x layout`` by the ``none`` row of the row's own layout. Nothing is timed in a test; run this on a machine as quiet as you can
 get and note its load (printed)::
 
     # every row at full depth (12 blocks): hours on one CPU thread
@@ -59,7 +62,7 @@ from mmpe.utils.benchmark_helpers import (  # noqa: E402
     parse_image_size, resident_mb, write_json)
 ARCHS = {'s': 'small', 'b': 'base'}
 ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe')
-LAYOUTS = ('global', 'windowed')
+LAYOUTS = ('global', 'windowed', 'windows-only')
 BASELINE = 'windowed none'
 #: aims on CPU (windowed layout): the encoding's step time and step memory
 #: over windowed none
@@ -93,6 +96,8 @@ def child(args: argparse.Namespace) -> dict:
     if args.layout == 'windowed':
         kwargs.update(window_size=args.window,
                       global_blocks=global_blocks(args.depth))
+    elif args.layout == 'windows-only':
+        kwargs.update(window_size=args.window)
     model = CPVT(arch=arch, **kwargs).train()
     height, width = args.size
     x = torch.randn(args.batch, 3, height, width)
@@ -129,7 +134,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         '1333x800)')
     parser.add_argument('--encodings', nargs='+', default=list(ENCODINGS),
                         choices=list(ENCODINGS))
-    parser.add_argument('--layouts', nargs='+', default=list(LAYOUTS),
+    parser.add_argument('--layouts', nargs='+', default=list(LAYOUTS[:2]),
                         choices=list(LAYOUTS))
     parser.add_argument('--depth', type=int, default=None,
                         help='blocks (default 12: the real ViT; 3: one '
@@ -204,8 +209,12 @@ def summarise(rows: List[dict]) -> List[dict]:
         r['x_time'] = _ratio(r.get('ms'), base.get('ms'))
         r['x_step_mb'] = _ratio(r.get('step_mb'), base.get('step_mb'))
         r['x_peak_mb'] = _ratio(r.get('peak_mb'), base.get('peak_mb'))
-        encoding = r['row'].split()[1]
-        if r['row'].startswith('windowed') and encoding in AIMS:
+        layout, encoding = r['row'].split()
+        own = by_key.get((r['arch'], tuple(r['size']),
+                          row_name(layout, 'none')), {})
+        r['x_time_layout'] = _ratio(r.get('ms'), own.get('ms'))
+        r['x_step_mb_layout'] = _ratio(r.get('step_mb'), own.get('step_mb'))
+        if layout == 'windowed' and encoding in AIMS:
             aim = AIMS[encoding]
             if r['x_time'] is not None and r['x_step_mb'] is not None:
                 r['aim'] = dict(
@@ -219,13 +228,14 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 def print_table(rows: List[dict]) -> None:
-    head = (f'{"ViT":<4}{"image":>10} {"row":<20}{"grid":>9}{"ms":>10}'
-            f'{"x":>7}{"step MB":>10}{"x":>7}{"peak MB":>10}{"x":>7}')
+    head = (f'{"ViT":<4}{"image":>10} {"row":<24}{"grid":>9}{"ms":>10}'
+            f'{"x":>7}{"step MB":>10}{"x":>7}{"peak MB":>10}{"x":>7}'
+            f'{"x layout (ms, step MB)":>24}')
     print(head)
     for r in rows:
         size = f'{r["size"][1]}x{r["size"][0]}'
         if 'error' in r:
-            print(f'{r["arch"]:<4}{size:>10} {r["row"]:<20} failed: '
+            print(f'{r["arch"]:<4}{size:>10} {r["row"]:<24} failed: '
                   f'{r["error"]}')
             continue
         grid = f'{r["grid"][0]}x{r["grid"][1]}'
@@ -234,10 +244,13 @@ def print_table(rows: List[dict]) -> None:
             aim = (f'  aim <= {r["aim"]["time"]}x time, '
                    f'<= {r["aim"]["memory"]}x step MB: '
                    f'{"met" if r["aim"]["met"] else "NOT met"}')
-        print(f'{r["arch"]:<4}{size:>10} {r["row"]:<20}{grid:>9}'
+        own = (f'{_fmt(r["x_time_layout"], ".2f")}, '
+               f'{_fmt(r["x_step_mb_layout"], ".2f")}')
+        print(f'{r["arch"]:<4}{size:>10} {r["row"]:<24}{grid:>9}'
               f'{r["ms"]:>10.0f}{_fmt(r["x_time"], ".2f"):>7}'
               f'{r["step_mb"]:>10.0f}{_fmt(r["x_step_mb"], ".2f"):>7}'
-              f'{r["peak_mb"]:>10.0f}{_fmt(r["x_peak_mb"], ".2f"):>7}{aim}')
+              f'{r["peak_mb"]:>10.0f}{_fmt(r["x_peak_mb"], ".2f"):>7}'
+              f'{own:>24}{aim}')
 
 
 def main(argv: Optional[List[str]] = None) -> Dict:
