@@ -27,18 +27,21 @@ def weight_decays(model, cfg) -> Dict[str, float]:
     }
 
 
-def detection_train_step(model, num_classes: int) -> torch.Tensor:
-    """Losses of one training step on :data:`TWO_SIZES` (2 and 1 boxes),
-    after ``backward``; asserts the total is finite."""
+def detection_train_step(model, num_classes: int,
+                         with_mask: bool = False) -> torch.Tensor:
+    """Losses of one training step on :data:`TWO_SIZES` (2 and 1 boxes,
+    with instance masks if ``with_mask``), after ``backward``; asserts the
+    total is finite."""
     model.train()
     packed = demo_mm_inputs(
         batch_size=2,
         image_shapes=TWO_SIZES,
         num_items=[2, 1],
-        num_classes=num_classes)
+        num_classes=num_classes,
+        with_mask=with_mask)
     data = model.data_preprocessor(packed, True)
     losses = model(**data, mode='loss')
-    total = sum(v for k, v in losses.items() if 'loss' in k)
-    assert torch.isfinite(total)
+    total, log_vars = model.parse_losses(losses)  # lists of levels summed
+    assert torch.isfinite(total), log_vars
     total.backward()
     return total

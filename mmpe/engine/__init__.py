@@ -12,6 +12,7 @@ from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .atomic_file_backend import (ATOMIC_BACKEND, AtomicLocalBackend,
                                   atomic_write, is_temporary_name)
 from .autocast_optim_wrapper import AutocastOptimWrapper
+from .optimizers import ViTLayerDecayOptimWrapperConstructor  # noqa: F401
 from .padding_mask_hook import BackbonePaddingMaskHook
 from .plain_checkpoint_hook import PlainCheckpointHook
 from .plain_param_groups_hook import PlainParamGroupsHook, plain_param_groups

@@ -12,7 +12,8 @@ backward, is in ``test_attention_compile.py``):
   normalised coordinates; and in training, with the coordinates'
   augmentations drawn inside the graph);
 - the CPVT backbone with every ``pos_encoding`` and the DeiT-iRPE layout
-  (class token, learnable table and iRPE), with a padding mask.
+  (class token, learnable table and iRPE), with a padding mask; and with
+  ViTDet's windows (the padding to whole windows symbolic too).
 
 The backend only counts graphs, so these tests measure tracing, not code
 generation; the outputs must equal eager.
@@ -114,6 +115,14 @@ BACKBONES = {
     'irpe': dict(pos_encoding='irpe'),
     'deit-irpe': dict(pos_encoding=('learnable', 'irpe'), use_cls_token=True),
 }
+# ViTDet's layout: 3 x 3 windows in block 0 (no grid of GRIDS is whole
+# windows in both sides), block 1 global
+WINDOWS = dict(window_size=3, global_blocks=(1, ))
+BACKBONES.update({
+    f'{name}-windows': dict(BACKBONES[name], **WINDOWS)
+    for name in ('peg', 'none', 'learnable', 'sine+peg', 'rope2d',
+                 'rope-mixed', 'irpe')
+})
 
 
 @pytest.mark.parametrize('name', BACKBONES)
@@ -136,3 +145,35 @@ def test_cpvt_one_graph_no_recompile(name):
         for (x, pad), out in zip(inputs, outs):
             for o, want in zip(out, backbone(x, pad)):
                 torch.testing.assert_close(o, want, **TOL)
+
+
+@pytest.mark.parametrize('name', ['irpe-windows', 'rope-mixed-windows'])
+def test_windowed_cpvt_training_one_graph(name):
+    """Forward and backward (AOTAutograd traces the backward) of a windowed
+    backbone with a padded batch: one graph over the grids, the gradients
+    of eager."""
+    torch.manual_seed(0)
+    backbone = CPVT(
+        arch=dict(embed_dims=32, depth=2, num_heads=4, mlp_ratio=2.),
+        img_size=64, patch_size=8, out_indices=(1, ),
+        **BACKBONES[name]).train()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(backbone, backend='aot_eager', fullgraph=True,
+                             dynamic=True)
+    # (6, 7) then (8, 11): whole windows in height, then in neither side
+    for i, (h, w) in enumerate(GRIDS[0:3:2]):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(2, 3, 8 * h, 8 * w, generator=g)
+        pad = torch.zeros(2, 8 * h, 8 * w, dtype=torch.bool)
+        pad[1, -8:] = True
+        grads = []
+        for fn in (compiled, backbone):
+            backbone.zero_grad()
+            fn(x, pad)[0].square().mean().backward()
+            grads.append({n: p.grad.clone()
+                          for n, p in backbone.named_parameters()})
+        for key in grads[1]:
+            torch.testing.assert_close(grads[0][key], grads[1][key], **TOL,
+                                       msg=key)
+    assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1

@@ -3,7 +3,8 @@ onnxruntime equals PyTorch for the quick-start DETR-family detectors with
 mmpe's encoder position encodings (iRPE in DETR / Conditional DETR /
 DAB-DETR, RoPE-Mixed with integer or normalised coordinates), a
 padding-aware DETR with the CPVT backbone, and
-the CPVT / DeiT-iRPE backbones alone, at the export size and at two others
+the CPVT / DeiT-iRPE / windowed (ViTDet) CPVT backbones alone, at the
+export size and at two others
 (one a batch with padded images); unsupported detectors are refused by
 name.
 
@@ -45,6 +46,18 @@ DETECTORS = {
 BACKBONES = {
     'cpvt-tiny': 'mask-rcnn_cpvt-tiny_synthetic.py',
     'deit-tiny-irpe': 'mask-rcnn_deit-tiny-irpe_synthetic.py',
+    # ViTDet's layout: 4 x 4 windows in blocks 0 and 2; the grids of the
+    # cases below (4 x 6, 4 x 5, 5 x 7) are not whole windows
+    'cpvt-tiny-vitdet': 'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
+    'cpvt-tiny-vitdet-irpe': 'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
+    'cpvt-tiny-vitdet-rope-mixed':
+    'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
+}
+#: backbone arguments over the config's (windowed iRPE: the window grid's
+#: plan in the graph; RoPE-Mixed: full-grid tables cut into windows)
+BACKBONE_OPTIONS = {
+    'cpvt-tiny-vitdet-irpe': dict(pos_encoding='irpe'),
+    'cpvt-tiny-vitdet-rope-mixed': dict(pos_encoding='rope-mixed'),
 }
 # Export batch, then two other sizes; (B, H, W) and each image's valid (h, w)
 # (None: the whole batch). Detector inputs are multiples of 8 as the
@@ -148,6 +161,7 @@ def test_detector_onnxruntime_equals_mmdet_forward(exported_detector, case):
 def exported_backbone(request, tmp_path_factory):
     torch.set_num_threads(1)
     cfg = _config(BACKBONES[request.param])
+    cfg.model.backbone.update(BACKBONE_OPTIONS.get(request.param, {}))
     torch.manual_seed(0)
     backbone = MODELS.build(cfg.model.backbone)
     backbone.init_weights()

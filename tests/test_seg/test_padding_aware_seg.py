@@ -32,14 +32,23 @@ TOL = dict(atol=2e-5, rtol=1e-5)
 SHAPES = [(256, 320), (320, 192)]
 POS_ENCODINGS = ['peg', 'sine', 'rope-mixed', 'irpe', ['peg', 'irpe'],
                  'none']
+#: (pos_encoding, window_size): every encoding global, and ViTDet's layout
+#: (6 x 6 windows in block 0, block 1 global; grids 16 x 20 and 20 x 12 in
+#: a 20 x 20 batch, none of them whole windows)
+CASES = [(pe, 0) for pe in POS_ENCODINGS] + [
+    (pe, 6) for pe in ('peg', 'rope-mixed', 'irpe')]
 
 
-def _model_cfg(pos_encoding='peg', type_='PaddingAwareEncoderDecoder'):
+def _model_cfg(pos_encoding='peg', type_='PaddingAwareEncoderDecoder',
+               window_size=0):
     cfg = Config.fromfile(osp.join(REPO, CONFIG))
     model = copy.deepcopy(cfg.model)
     model.type = type_
     model.backbone.arch = SMALL
     model.backbone.pos_encoding = pos_encoding
+    if window_size:
+        model.backbone.window_size = window_size
+        model.backbone.global_blocks = (SMALL['depth'] - 1, )
     if 'irpe' in pos_encoding:
         model.backbone.rpe_cfg = dict(mode='contextual', method='product',
                                       rpe_on='k')
@@ -93,10 +102,12 @@ def _logits(model, data, calls, pad=True):
     return batch, logits
 
 
-@pytest.mark.parametrize('pos_encoding', POS_ENCODINGS, ids=str)
-def test_padded_batch_equals_each_image_alone(pos_encoding):
-    model = _build(_model_cfg(pos_encoding))
-    plain = _build(_model_cfg(pos_encoding, 'EncoderDecoder'))
+@pytest.mark.parametrize('pos_encoding,window_size', CASES, ids=str)
+def test_padded_batch_equals_each_image_alone(pos_encoding, window_size):
+    model = _build(_model_cfg(pos_encoding, window_size=window_size))
+    plain = _build(
+        _model_cfg(pos_encoding, 'EncoderDecoder', window_size=window_size))
+    assert model.backbone.blocks[0].window_size == window_size
     plain.load_state_dict(model.state_dict(), strict=True)
     calls = _record_backbone(model)
     data = _data(SHAPES)

@@ -83,6 +83,15 @@ def test_row_builds_what_it_says(study, name, config, options):
             assert rpe.index == ('clip' if 'clip' in name else 'piecewise')
             if 'clip' in name:
                 assert rpe.max_distance == 3
+    elif study == 'vitdet_layout':
+        layout, pe = name.split()
+        assert model.backbone.pos_encoding == pe
+        assert type(model).__name__ == 'PaddingAwareMaskRCNN'
+        windows = [b.window_size for b in model.backbone.blocks]
+        assert windows == ([4, 0, 4, 0] if layout == 'windowed' else [0] * 4)
+        assert bool(rpes) == (pe == 'irpe')
+        assert bool(len(model.backbone.pegs)) == (pe == 'peg')
+        assert bool(len(model.backbone.ropes)) == (pe == 'rope-mixed')
     elif study == 'irpe_tab1':
         method = name.split()[-1]
         assert rpes and all(r.method == method for r in rpes)
@@ -337,3 +346,61 @@ def test_canvas_data_made_from_the_studys_data_root(tmp_path):
         params = json.load(f)['params']
     assert (params['canvas'], params['seed'], params['num_val'],
             params['max_size']) == (2.0, 9, 3, 96)
+def test_vitdet_layout_rows_pair_every_encoding():
+    rows = {name for name, _, _ in ablation.STUDIES['vitdet_layout']}
+    assert rows == {f'{layout} {pe}' for layout in ('global', 'windowed')
+                    for pe in ('none', 'peg', 'learnable', 'irpe',
+                               'rope-mixed')}
+    assert ablation.RES_TESTS['vitdet_layout'] == [('resize', 1.0),
+                                                ('resize', 2.0)]
+
+
+def test_vitdet_summary_has_ap_per_size_time_and_memory():
+    def scales(ap):
+        return [dict(scale=s, metrics={
+            'coco/bbox_mAP': ap / s, 'coco/bbox_mAP_50': 2 * ap / s,
+            'coco/segm_mAP': ap, 'coco/segm_mAP_50': ap})
+            for s in (1.0, 2.0)]
+
+    results = [
+        dict(study='vitdet_layout', row='windowed irpe', seed=s, epochs=4,
+             train_seconds=t, train_peak_mb=mb, metrics={}, scales=scales(ap))
+        for s, ap, t, mb in [(0, 0.1, 100., 900.), (1, 0.3, 110., 1100.)]
+    ]
+    table = ablation.summarise(results)
+    assert '| row | bbox AP x1 | bbox AP x2 | bbox AP50 x1 | bbox AP50 x2 | '\
+        'train s/run | train peak MB |' in table
+    assert ('| windowed irpe | 0.200 ± 0.141 | 0.100 ± 0.071 | '
+            '0.400 ± 0.283 | 0.200 ± 0.141 | 105 ± 7 | 1000 ± 141 |') in table
+
+
+def test_run_measured_reports_each_childs_peak_memory(tmp_path):
+    """Peak RSS of the one child run, not of another child: from a launcher
+    as light as ablation.py itself (Linux keeps a process's high-water mark
+    from before its exec, so the launcher's size is a floor; this test
+    process holds torch), a child that holds 300 MB and one that holds
+    nothing."""
+    import subprocess
+    import sys
+    big = tmp_path / 'big.py'
+    big.write_text('b = bytearray(300 * 1024 * 1024)\nb[::4096] = '
+                   'b"x" * len(b[::4096])\n')
+    small = tmp_path / 'small.py'
+    small.write_text('pass\n')
+    launcher = tmp_path / 'launch.py'
+    launcher.write_text(
+        'import importlib.util, json, sys\n'
+        'spec = importlib.util.spec_from_file_location("a", sys.argv[1])\n'
+        'a = importlib.util.module_from_spec(spec)\n'
+        'spec.loader.exec_module(a)\n'
+        'print(json.dumps([a._run_measured([f], f + ".log")[1]\n'
+        '                  for f in sys.argv[2:]]))\n')
+    out = subprocess.run(
+        [sys.executable, str(launcher),
+         osp.join(ROOT, 'tools', 'experiments', 'ablation.py'), str(big),
+         str(small)], capture_output=True, text=True, check=True).stdout
+    big_mb, small_mb = json.loads(out)
+    assert big_mb >= 300 > small_mb
+    with pytest.raises(RuntimeError, match='failed; see'):
+        ablation._run_measured(['-c', 'raise SystemExit(3)'],
+                               str(tmp_path / 'f.log'))

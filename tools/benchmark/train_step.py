@@ -15,6 +15,26 @@ then written as JSON with ``--out``::
 
     python tools/benchmark/train_step.py --out work_dirs/train_step.json
     python tools/benchmark/train_step.py --quick
+
+Detectors with instance masks (Mask R-CNN) get masks in the batch.
+``--image-size WxH`` makes every image that size (e.g. 1333x800, mmdet's
+test size); ``--cfg-options`` apply to every config; ``--global-twin`` adds,
+after each config whose backbone attends in windows (``window_size > 0``),
+the same config with ``window_size=0`` (ViTDet's layout against global
+attention, everything else equal). ``--memory`` runs each config in its own
+subprocess (one after the other, so not interleaved) and reports, beside
+the median step time, the process's high-water resident memory (``VmHWM``)
+and that above the resident size before the first step (``step MB``): CPU
+memory, which PyTorch's allocator statistics do not give::
+
+    # the ViTDet-style ViT-S-iRPE Mask R-CNN, windowed against global, and
+    # today's global DeiT-S-iRPE Mask R-CNN, at 1333 x 800
+    python tools/benchmark/train_step.py \
+        configs/mask-rcnn_vit-s-irpe_vitdet_lsj-100e_coco.py \
+        configs/mask-rcnn_deit-s-irpe_fpn_1x_coco.py --global-twin \
+        --image-size 1333x800 --batch 2 --memory --warmup 1 --rounds 2 \
+        --threads 1 --cfg-options model.backbone.init_cfg=None \
+        model.data_preprocessor.batch_augments=None
 """
 import argparse
 import copy
@@ -24,7 +44,7 @@ import statistics
 import sys
 import time
 from datetime import datetime, timezone
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -36,8 +56,11 @@ if ROOT not in sys.path:
 from mmdet.registry import MODELS  # noqa: E402
 from mmdet.testing import demo_mm_inputs  # noqa: E402
 from mmdet.utils import register_all_modules  # noqa: E402
-from mmengine.config import Config  # noqa: E402
+from mmengine.config import Config, DictAction  # noqa: E402
 from mmengine.optim import build_optim_wrapper  # noqa: E402
+
+from mmpe.utils.benchmark_helpers import (  # noqa: E402
+    parse_image_size, resident_mb, write_json)
 
 CONFIGS = [
     'configs/quickstart/detr_r18_synthetic.py',
@@ -46,34 +69,70 @@ CONFIGS = [
 
 
 def make_batch(batch: int, min_size: int, max_size: int, num_classes: int,
-               seed: int) -> dict:
-    """One packed batch (``inputs``, ``data_samples``) of varied sizes."""
+               seed: int, with_mask: bool = False,
+               image_size: Optional[Tuple[int, int]] = None) -> dict:
+    """One packed batch (``inputs``, ``data_samples``) of varied sizes
+    (every image ``image_size = (h, w)`` when given)."""
     rng = np.random.default_rng(seed)
     shapes = []
     for _ in range(batch):
         long = int(rng.integers(min_size, max_size + 1))
         short = max(8, int(long / rng.uniform(1.0, 3.0)))
         h, w = (long, short) if rng.random() < 0.5 else (short, long)
-        shapes.append((3, h, w))
+        shapes.append((3, *image_size) if image_size else (3, h, w))
     items = [int(n) for n in rng.integers(1, 6, size=batch)]
     torch.manual_seed(seed)
     return demo_mm_inputs(
         batch_size=batch,
         image_shapes=shapes,
         num_items=items,
-        num_classes=num_classes)
+        num_classes=num_classes,
+        with_mask=with_mask)
 
 
-def build(cfg_path: str, device: torch.device):
-    """Model (initialised, train mode) and optimiser wrapper of a config."""
+def load_config(cfg_path: str, options: Optional[dict] = None) -> Config:
+    """The config with ``options`` (``--cfg-options`` style) merged."""
     cfg = Config.fromfile(cfg_path)
+    if options:
+        cfg.merge_from_dict(options)
+    return cfg
+
+
+def build(cfg_path: str, device: torch.device,
+          options: Optional[dict] = None):
+    """Model (initialised, train mode) and optimiser wrapper of a config,
+    and its number of classes."""
+    cfg = load_config(cfg_path, options)
     torch.manual_seed(0)
     model = MODELS.build(copy.deepcopy(cfg.model))
     model.init_weights()
     model.to(device).train()
     optim = build_optim_wrapper(model, copy.deepcopy(cfg.optim_wrapper))
-    num_classes = cfg.model.bbox_head.num_classes
-    return model, optim, num_classes
+    head = cfg.model.get('bbox_head') or cfg.model.roi_head.bbox_head
+    return model, optim, head.num_classes
+
+
+def variants(args: argparse.Namespace) -> List[Tuple[str, str, dict]]:
+    """(label, config path, options) of every model to compare, in order:
+    each config, then its global twin with ``--global-twin``."""
+    out = []
+    for cfg, path in zip(args.configs, _paths(args.configs)):
+        options = dict(args.cfg_options or {})
+        out.append((cfg, path, options))
+        if args.global_twin:
+            backbone = load_config(path, options).model.backbone
+            if backbone.get('window_size', 0):
+                out.append((f'{cfg} [global]', path,
+                            dict(options, **{'model.backbone.window_size':
+                                             0})))
+    return out
+
+
+def _paths(configs: List[str]) -> List[str]:
+    return [
+        c if os.path.isabs(c) or os.path.exists(c) else os.path.join(ROOT, c)
+        for c in configs
+    ]
 
 
 def step(model, optim, packed: dict, device: torch.device) -> float:
@@ -110,12 +169,76 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int, default=None)
     parser.add_argument('--quick', action='store_true',
                         help='batch 2 of 64-96 px images, 1 warm-up, 2 rounds')
+    parser.add_argument('--image-size', type=parse_image_size, default=None,
+                        help='every image WIDTHxHEIGHT (e.g. 1333x800) '
+                        'instead of random sizes')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='config options for every config')
+    parser.add_argument('--global-twin', action='store_true',
+                        help='also run each windowed config with '
+                        'window_size=0')
+    parser.add_argument('--memory', action='store_true',
+                        help='one subprocess per config: step time and '
+                        'peak resident memory (not interleaved)')
+    parser.add_argument('--child', type=int, default=None,
+                        help=argparse.SUPPRESS)
     parser.add_argument('--out', help='write the results as JSON here')
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.min_size, args.max_size = 2, 64, 96
         args.warmup, args.rounds = 1, 2
     return args
+
+
+def _batch_for(args, built) -> dict:
+    """The benchmark batch for ``built`` (instance masks for a detector
+    with a mask head)."""
+    model, _, num_classes = built
+    with_mask = getattr(model, 'with_mask', False)
+    return make_batch(args.batch, args.min_size, args.max_size, num_classes,
+                      args.seed, with_mask, args.image_size)
+
+
+def _grid(model, packed: dict) -> Tuple[int, ...]:
+    """The backbone's last feature grid (h, w) for this batch."""
+    with torch.no_grad():
+        data = model.data_preprocessor(packed, True)
+        feats = model.extract_feat(data['inputs'])
+    return tuple(int(s) for s in feats[-1].shape[-2:])
+
+
+def _child_row(args, device) -> dict:
+    """``--memory``: this process builds one variant and steps it."""
+    label, path, options = variants(args)[args.child]
+    built = build(path, device, options)
+    packed = _batch_for(args, built)
+    rss_before = resident_mb('VmRSS')
+    ts = []
+    for i in range(args.warmup + args.rounds):
+        t = step(built[0], built[1], packed, device)
+        if i >= args.warmup:
+            ts.append(t)
+    peak = resident_mb('VmHWM')
+    return dict(times_s=ts, peak_mb=peak, step_mb=peak - rss_before,
+                grid=_grid(built[0], packed),
+                batch_shapes=[list(t.shape[-2:]) for t in packed['inputs']])
+
+
+def _memory_rows(args, argv: List[str]) -> List[dict]:
+    """``--memory``: one subprocess per variant (this script with ``argv``
+    and ``--child``), one after the other."""
+    import subprocess
+    rows = []
+    for index, (label, _, _) in enumerate(variants(args)):
+        print(f'[train_step] {label} ...', flush=True)
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), *argv, '--child',
+             str(index)], capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f'{label} failed:\n{proc.stderr[-3000:]}')
+        rows.append(dict(config=label,
+                         **json.loads(proc.stdout.strip().splitlines()[-1])))
+    return rows
 
 
 def main(argv: Optional[List[str]] = None) -> dict:
@@ -128,35 +251,38 @@ def main(argv: Optional[List[str]] = None) -> dict:
     if dev == 'auto':
         dev = 'cuda' if torch.cuda.is_available() else 'cpu'
     device = torch.device(dev)
-    configs = [
-        c if os.path.isabs(c) or os.path.exists(c) else os.path.join(ROOT, c)
-        for c in args.configs
-    ]
-    built = [build(c, device) for c in configs]
-    packed = make_batch(args.batch, args.min_size, args.max_size,
-                        built[0][2], args.seed)
-    times: List[List[float]] = [[] for _ in built]
-    for _ in range(args.warmup):
-        for model, optim, _ in built:
-            step(model, optim, packed, device)
-    for _ in range(args.rounds):  # interleaved
-        for i, (model, optim, _) in enumerate(built):
-            times[i].append(step(model, optim, packed, device))
-    with torch.no_grad():
-        data = built[0][0].data_preprocessor(packed, True)
-        feats = built[0][0].extract_feat(data['inputs'])
-        grid = tuple(int(s) for s in feats[-1].shape[-2:])
-    base = statistics.median(times[0])
-    rows = []
-    for cfg, ts, (model, _, _) in zip(args.configs, times, built):
-        med = statistics.median(ts)
-        rows.append(
-            dict(
-                config=cfg,
-                median_s=med,
-                ratio=med / base,
-                times_s=ts,
-                params=sum(p.numel() for p in model.parameters())))
+    if args.child is not None:
+        print(json.dumps(_child_row(args, device)))
+        return {}
+    if args.memory:
+        rows = _memory_rows(args, sys.argv[1:] if argv is None else argv)
+        batch_shapes, grid = rows[0]['batch_shapes'], rows[0]['grid']
+    else:
+        labelled = variants(args)
+        built = [build(path, device, opts) for _, path, opts in labelled]
+        packed = _batch_for(args, built[0])
+        times: List[List[float]] = [[] for _ in built]
+        for _ in range(args.warmup):
+            for model, optim, _ in built:
+                step(model, optim, packed, device)
+        for _ in range(args.rounds):  # interleaved
+            for i, (model, optim, _) in enumerate(built):
+                times[i].append(step(model, optim, packed, device))
+        grid = _grid(built[0][0], packed)
+        batch_shapes = [list(t.shape[-2:]) for t in packed['inputs']]
+        rows = [
+            dict(config=label, times_s=ts,
+                 params=sum(p.numel() for p in model.parameters()))
+            for (label, _, _), ts, (model, _, _) in zip(
+                labelled, times, built)
+        ]
+    base = statistics.median(rows[0]['times_s'])
+    for row in rows:
+        row['median_s'] = statistics.median(row['times_s'])
+        row['ratio'] = row['median_s'] / base
+        if 'peak_mb' in row:
+            row['peak_ratio'] = row['peak_mb'] / rows[0]['peak_mb']
+            row['step_mb_ratio'] = row['step_mb'] / rows[0]['step_mb']
     load = os.getloadavg() if hasattr(os, 'getloadavg') else None
     result = dict(
         env=dict(
@@ -166,22 +292,25 @@ def main(argv: Optional[List[str]] = None) -> dict:
             threads=torch.get_num_threads(),
             load_avg_end=load),
         args=vars(args),
-        batch_shapes=[list(t.shape[-2:]) for t in packed['inputs']],
+        batch_shapes=batch_shapes,
         encoder_grid=grid,
         rows=rows)
     print(f'torch {torch.__version__} on {device}, '
           f'{torch.get_num_threads()} threads, load average {load}')
-    print(f'batch of {args.batch} images {result["batch_shapes"]}, encoder '
-          f'grid {grid}; median of {args.rounds} interleaved steps')
-    print(f'{"config":<50}{"step s":>9}{"x":>7}')
+    print(f'batch of {args.batch} images {result["batch_shapes"]}, last '
+          f'feature grid {grid}; median of {args.rounds} steps '
+          f'({"one process per config" if args.memory else "interleaved"})')
+    mem_head = f'{"peak MB":>10}{"x":>7}{"step MB":>10}{"x":>7}' \
+        if args.memory else ''
+    print(f'{"config":<60}{"step s":>9}{"x":>7}{mem_head}')
     for row in rows:
-        print(f'{row["config"]:<50}{row["median_s"]:>9.3f}'
-              f'{row["ratio"]:>7.2f}')
+        mem = (f'{row["peak_mb"]:>10.0f}{row["peak_ratio"]:>7.2f}'
+               f'{row["step_mb"]:>10.0f}{row["step_mb_ratio"]:>7.2f}'
+               if args.memory else '')
+        print(f'{row["config"]:<60}{row["median_s"]:>9.3f}'
+              f'{row["ratio"]:>7.2f}{mem}')
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-        print(f'wrote {args.out}')
+        write_json(args.out, result)
     return result
 
 

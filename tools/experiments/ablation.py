@@ -23,6 +23,14 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
   the shape, which takes the layout of several patches: position
   information); the study makes that set in ``data/synthetic_seg_shape``
   (or checks the one given by ``--data-root``);
+- ``vitdet_layout``: ViTDet's window + global layout against global
+  attention in every block, for each position encoding of the plain ViT:
+  the quick-start twin of the ViTDet configs (tiny CPVT Mask R-CNN, 4 x 4
+  windows in blocks 0 and 2, padding-aware) with 'none' / 'peg' /
+  'learnable' / 'irpe' / 'rope-mixed', and the same with
+  ``window_size=0``; box and mask AP at 1x and 2x test size, training time
+  and the training process's peak memory (RSS, the largest of it and its
+  data workers);
 - ``encoder_pe_detr`` / ``encoder_pe_cond``: which position encoding a
   DETR-family encoder should use (``encoder_pe``): the quick-start DETR and
   Conditional DETR with sine, sine + contextual iRPE, sine + RoPE-2D, sine +
@@ -66,7 +74,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 DETR = 'configs/quickstart/detr_r18_synthetic.py'
@@ -85,6 +93,7 @@ NORMALIZED = [f'{ROPE}.coords=normalized']
 #: DINOv3's released setting (rescale 2) and a mild per-axis jitter
 AUGMENTED = NORMALIZED + [f'{ROPE}.rescale=2.0', f'{ROPE}.jitter=1.2']
 CLIP = ['index=clip', 'max_distance=3']  # the iRPE paper's Tab. 6 #5
+VITDET = 'configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py'
 CPVT_SEG = 'configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py'
 PCPVT_SEG = 'configs/quickstart/fpn_pcpvt-tiny_synthetic-seg.py'
 SEG_STUDIES = ('cpvt_seg', 'cpvt_seg_shape')
@@ -134,6 +143,14 @@ STUDIES: Dict[str, List[tuple]] = {
         ('CPVT peg + padding mask', CPVT_PADMASK,
          ['model.backbone.pos_encoding=peg'])
     ],
+    # the windowed twin as configured, and with global attention everywhere
+    'vitdet_layout': [
+        (f'{layout} {pe}', VITDET,
+         [f'model.backbone.pos_encoding={pe}'] +
+         (['model.backbone.window_size=0'] if layout == 'global' else []))
+        for layout in ('global', 'windowed')
+        for pe in ('none', 'peg', 'learnable', 'irpe', 'rope-mixed')
+    ],
     'cpvt_seg': SEG_ROWS,
     'cpvt_seg_shape': SEG_ROWS,  # only the data differ (STUDY_DATA)
     # 'sine' and 'sine + iRPE ctx' are Tab. 6 #1 and #6 (the same commands)
@@ -179,6 +196,7 @@ SCALES = (1.0, 1.5, 2.0)
 #: embedded test set drawn on a canvas that much larger, same objects)
 RES_TESTS = {
     'cpvt_res': [('resize', s) for s in SCALES],
+    'vitdet_layout': [('resize', 1.0), ('resize', 2.0)],
     **dict.fromkeys(('rope_coords_detr', 'rope_coords_cond'),
                     [('resize', s) for s in SCALES] + [('canvas', 2.0)]),
 }
@@ -188,6 +206,7 @@ DEFAULT_EPOCHS = {
     'irpe_tab6': 8,
     'irpe_tab1': 8,
     'cpvt_res': 4,
+    'vitdet_layout': 4,  # the quick-start schedule
     'encoder_pe_detr': 8,
     'encoder_pe_cond': 4,  # ~ the wall time of DETR's 8 (step 0.72 / 0.41 s)
     'cpvt_seg': 150,  # iterations (of 8 crops): what 2 busy cores allowed
@@ -199,20 +218,40 @@ DEFAULT_EPOCHS = {
 
 def _run(cmd: Sequence[str], log_file: str,
          threads: Optional[int] = None) -> float:
+    """Seconds of ``python cmd`` (see :func:`_run_measured`)."""
+    return _run_measured(cmd, log_file, threads)[0]
+
+
+def _run_measured(cmd: Sequence[str], log_file: str,
+                  threads: Optional[int] = None) -> Tuple[float, float]:
+    """Run ``python cmd`` from the repository root, output to ``log_file``.
+
+    Returns:
+        tuple[float, float]: Wall seconds and the peak resident memory in
+        MB of that process (the largest of it and the children it waited
+        for, e.g. data workers), from the kernel's accounting of this one
+        child (``os.wait4``), so runs side by side are told apart. Linux
+        keeps the high-water mark of the launching process image from
+        before ``exec``, so this script's own size (tens of MB: it imports
+        no torch) is a floor of the number.
+    """
     env = dict(os.environ)
     if threads:  # parallel runs must not oversubscribe the cores
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     start = time.time()
     with open(log_file, 'w') as log:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, *cmd],
             cwd=ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.time() - start
     if proc.returncode != 0:
         raise RuntimeError(f'{" ".join(cmd)} failed; see {log_file}')
-    return time.time() - start
+    return seconds, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
 
 
 def _last_val_metrics(work_dir: str) -> Dict[str, float]:
@@ -278,9 +317,11 @@ def run_one(study: str, name: str, config: str, options: List[str],
                   options=options)
     threads = getattr(args, 'threads', None)
     resume = ['--resume'] if glob.glob(osp.join(work_dir, '*.pth')) else []
-    result['train_seconds'] = _run(
+    result['train_seconds'], peak_mb = _run_measured(
         ['tools/train.py', config, '--work-dir', work_dir, *resume,
          '--cfg-options', *opts], osp.join(work_dir, 'train.log'), threads)
+    if study == 'vitdet_layout':
+        result['train_peak_mb'] = peak_mb
     result['metrics'] = _last_val_metrics(work_dir)
     if study in RES_TESTS:
         ckpt = osp.join(work_dir, f'epoch_{args.epochs}.pth')
@@ -387,8 +428,9 @@ def _row_label(name: str, group: List[dict]) -> str:
 
 def summarise(results: List[dict]) -> str:
     """Markdown tables, one per study (the studies of :data:`RES_TESTS`: AP
-    and AP50 at each test, cpvt_res one table per task, bbox and segm):
-    mean ± sample std over seeds."""
+    and AP50 at each test, cpvt_res and vitdet_layout one table per task,
+    bbox and segm, and the training peak memory where measured): mean ±
+    sample std over seeds."""
     lines: List[str] = []
     for study in STUDIES:
         rows = [r for r in results if r['study'] == study]
@@ -431,14 +473,17 @@ def summarise(results: List[dict]) -> str:
                     [_row_label(name, group), *cells, secs]) + ' |')
             lines.append('')
             continue
-        # AP then AP50 at every test; cpvt_res: bbox and segm tables
-        kinds = ('bbox', 'segm') if study == 'cpvt_res' else ('bbox', )
+        # AP then AP50 at every test; Mask R-CNN studies: bbox and segm
+        kinds = ('bbox', 'segm') if study in ('cpvt_res',
+                                              'vitdet_layout') else ('bbox', )
         tests = RES_TESTS[study]
+        # peak memory where the study measured it (every run of the study)
+        with_mem = all('train_peak_mb' in r for r in rows)
         for kind in kinds:
             head = ['row'] + [
                 f'{kind} AP{m} {_res_label(*t)}' for m in ('', '50')
                 for t in tests
-            ] + ['train s/run']
+            ] + ['train s/run'] + (['train peak MB'] if with_mem else [])
             name_suffix = f': {kind}' if len(kinds) > 1 else ''
             lines += [f'{title}{name_suffix}', '',
                       '| ' + ' | '.join(head) + ' |',
@@ -450,9 +495,13 @@ def summarise(results: List[dict]) -> str:
                         for r in group
                     ]) for m in ('', '_50') for t in tests
                 ]
-                secs = _mean_std([r['train_seconds'] for r in group], '.0f')
+                cells.append(
+                    _mean_std([r['train_seconds'] for r in group], '.0f'))
+                if with_mem:
+                    cells.append(_mean_std(
+                        [r['train_peak_mb'] for r in group], '.0f'))
                 lines.append('| ' + ' | '.join(
-                    [_row_label(name, group), *cells, secs]) + ' |')
+                    [_row_label(name, group), *cells]) + ' |')
             lines.append('')
     return '\n'.join(lines)
 

@@ -8,6 +8,11 @@ instead of a class token by default; the position encoding is one config
 line, so the paper's comparison (none / learnable / sin-cos / PEG, plus 2D
 RoPE and iRPE) and compositions such as the iRPE authors' DeiT (class token,
 learnable table and iRPE in every block) are all this one class.
+
+ViTDet's layout (Li et al., "Exploring Plain Vision Transformer Backbones
+for Object Detection", ECCV 2022, Sec. 3) is two more arguments:
+``window_size`` (attention inside non-overlapping windows) and
+``global_blocks`` (the blocks that stay global).
 """
 import math
 from typing import List, Optional, Sequence, Tuple, Union
@@ -30,7 +35,8 @@ from ..layers.vit_block import ViTBlock
 from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
                        parse_arch, parse_img_size, parse_out_indices,
-                       parse_peg_positions, parse_pos_encoding, parse_rpe_cfg)
+                       parse_peg_positions, parse_pos_encoding, parse_rpe_cfg,
+                       parse_window_layout)
 
 
 @MODELS.register_module()
@@ -77,6 +83,20 @@ class CPVT(BaseModule):
     exactly its single-image features on its valid region (except with
     ``'learnable'``, whose table is resampled to the padded grid).
 
+    **Windows (ViTDet).** ``window_size=S > 0`` makes every block not in
+    ``global_blocks`` attend inside non-overlapping ``S x S`` windows
+    (ViTDet: S = 14 with global blocks 2, 5, 8, 11 of 12). The grid is
+    padded bottom/right to whole windows inside each window block; the
+    padded tokens are masked keys and are cropped after the attention, and
+    with a pixel ``padding_mask`` the batch padding is masked too. Windows
+    add no parameters, so the same checkpoints load. Each encoding acts on
+    the full grid or on the windows as follows: PEG between blocks and the
+    absolute tables at the input, on the full grid; RoPE rotates every token
+    by its full-grid position in both kinds of block; iRPE uses the window
+    grid ``(S, S)`` in window blocks (one bucket plan for all windows) and
+    the full grid in global blocks. A class token has no window: it is
+    refused with windows.
+
     Args:
         arch (str | dict): Preset name in :attr:`arch_zoo` (``'tiny'``,
             ``'small'``, ``'base'`` and aliases) or a dict with keys
@@ -116,6 +136,10 @@ class CPVT(BaseModule):
             :data:`RPE_ON_CHOICES`, default 'k'). Defaults to None, i.e.
             ``dict(mode='contextual', method='product', ratio=1.9,
             rpe_on='k')`` for ``'irpe'``.
+        window_size (int): Window side S in patches; 0 (default) attends
+            globally in every block. Defaults to 0.
+        global_blocks (Sequence[int]): Blocks that attend globally when
+            ``window_size > 0`` (indices in ``[0, depth)``). Defaults to ().
         attn_impl (str): Attention backend of every block, ``'auto'``,
             ``'explicit'``, ``'chunked'``, ``'sdpa'`` or ``'flex'`` (see
             :class:`~mmpe.models.layers.PEAttention`). Defaults to 'auto'
@@ -161,6 +185,8 @@ class CPVT(BaseModule):
                  sine_temperature: float = 10000.,
                  rope_theta: Optional[float] = None,
                  rpe_cfg: Optional[dict] = None,
+                 window_size: int = 0,
+                 global_blocks: Sequence[int] = (),
                  attn_impl: str = 'auto',
                  frozen_stages: int = -1,
                  init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
@@ -192,6 +218,8 @@ class CPVT(BaseModule):
             drop_rate=drop_rate,
             attn_drop_rate=attn_drop_rate,
             drop_path_rate=drop_path_rate)
+        window_size, global_blocks = parse_window_layout(
+            window_size, global_blocks, depth, use_cls_token)
 
         self.embed_dims = embed_dims
         self.depth = depth
@@ -204,6 +232,8 @@ class CPVT(BaseModule):
         self.final_norm = final_norm
         self.frozen_stages = frozen_stages
         self.out_indices = parse_out_indices(out_indices, depth)
+        self.window_size = window_size
+        self.global_blocks = global_blocks
         self.pretrain_grid = (img_size[0] // patch_size,
                               img_size[1] // patch_size)
 
@@ -245,7 +275,9 @@ class CPVT(BaseModule):
                 rpe_cfg=block_rpe_cfg,
                 rpe_on=rpe_on,
                 attn_impl=attn_impl,
-                skip=self.num_skip) for i in range(depth)
+                skip=self.num_skip,
+                window_size=0 if i in global_blocks else window_size)
+            for i in range(depth)
         ])
 
         self.peg_positions: Tuple[int, ...] = ()
@@ -289,6 +321,29 @@ class CPVT(BaseModule):
                         table, (side, side), self.pretrain_grid,
                         self.num_skip)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def param_layer_id(self, name: str) -> int:
+        """Depth of a parameter for layer-wise learning-rate decay.
+
+        As BEiT (Bao et al. 2022) and ViTDet's recipe (Li et al. 2022):
+        0 for the input (patch embedding, class token, position table),
+        ``i + 1`` for block i and what belongs to it (the PEG after it, its
+        RoPE-Mixed frequencies), ``depth + 1`` for the rest (final norm).
+
+        Args:
+            name (str): A name of :meth:`named_parameters`.
+
+        Returns:
+            int: In ``[0, depth + 1]``.
+        """
+        head, _, rest = name.partition('.')
+        if head in ('patch_embed', 'cls_token', 'pos_embed'):
+            return 0
+        if head in ('blocks', 'ropes'):
+            return int(rest.split('.')[0]) + 1
+        if head == 'pegs':
+            return self.peg_positions[int(rest.split('.')[0])] + 1
+        return self.depth + 1
 
     def _freeze_stages(self) -> None:
         if self.frozen_stages < 0:

@@ -159,3 +159,43 @@ def parse_peg_positions(peg_positions: Sequence[int],
                 f'`peg_positions` entry {pos!r} is out of range: choose '
                 f'block indices in [0, {depth - 1}] (depth {depth})')
     return tuple(sorted(set(peg_positions)))
+
+
+def parse_window_layout(window_size: int, global_blocks: Sequence[int],
+                        depth: int,
+                        use_cls_token: bool) -> Tuple[int, Tuple[int, ...]]:
+    """``window_size`` and the sorted ``global_blocks`` of ViTDet's layout.
+
+    ``window_size`` is an int >= 0 (0: every block global); ``global_blocks``
+    distinct block indices in ``[0, depth)`` (an int is one block). Windows
+    take no class token (ViTDet has none).
+    """
+    if isinstance(window_size, bool) or not isinstance(
+            window_size, int) or window_size < 0:
+        raise ValueError(
+            f'Unsupported `window_size` {window_size!r}, please choose an int '
+            '>= 0 (0: global attention in every block; ViTDet: 14)')
+    if isinstance(global_blocks, int) and not isinstance(global_blocks, bool):
+        global_blocks = [global_blocks]
+    if not isinstance(global_blocks, Sequence) or isinstance(
+            global_blocks, str):
+        raise ValueError(
+            f'`global_blocks` must be a sequence of block indices in [0, '
+            f'{depth - 1}], got {global_blocks!r}')
+    for index in global_blocks:
+        if isinstance(index, bool) or not isinstance(
+                index, int) or not 0 <= index < depth:
+            raise ValueError(
+                f'`global_blocks` entry {index!r} is out of range: choose '
+                f'block indices in [0, {depth - 1}] (depth {depth})')
+    repeated = sorted({i for i in global_blocks if global_blocks.count(i) > 1})
+    if repeated:
+        raise ValueError(
+            f'`global_blocks` {tuple(global_blocks)!r} repeats block(s) '
+            f'{repeated}: choose distinct block indices in [0, {depth - 1}]')
+    if window_size and use_cls_token:
+        raise ValueError(
+            f'`use_cls_token=True` with `window_size={window_size}`: a class '
+            'token belongs to no window (ViTDet has none); choose '
+            'use_cls_token=False or window_size=0')
+    return window_size, tuple(sorted(global_blocks))

@@ -14,6 +14,8 @@ from .rope2d import RoPE2D, apply_rope2d, build_rope2d
 from .rope_mixed import RoPEMixed, init_mixed_freqs
 from .tracing import is_tracing
 from .vit_block import Mlp, ViTAttention, ViTBlock
+from .window import (merge_windows, partition_grid, unpartition_grid,
+                     window_grid, window_key_mask, window_table, window_tokens)
 
 __all__ = [
     'iRPE', 'piecewise_index', 'clip_index', 'ratio_to_abg',
@@ -23,5 +25,8 @@ __all__ = [
     'CacheInfo', 'SinCosPosEmbed2D', 'build_sincos_pos_embed_2d',
     'resample_pos_embed', 'RoPE2D', 'apply_rope2d', 'build_rope2d',
     'RoPEMixed', 'init_mixed_freqs', 'is_tracing', 'RelativeTerm',
-    'register_term', 'IRPETerm'
+    'register_term', 'IRPETerm',
+    'merge_windows',
+    'partition_grid', 'unpartition_grid', 'window_grid', 'window_key_mask',
+    'window_table', 'window_tokens'
 ]

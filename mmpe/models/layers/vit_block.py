@@ -3,7 +3,9 @@
 ``x + attn(norm1(x))`` then ``x + mlp(norm2(x))`` (Dosovitskiy et al. 2021,
 Eq. 2-3), with :class:`~mmpe.models.layers.PEAttention` as the attention,
 so RoPE, iRPE (Wu et al. 2021, Eq. 16-17), key padding and class tokens
-work exactly as in mmpe's DETR encoders.
+work exactly as in mmpe's DETR encoders. A block with a ``window_size``
+attends inside non-overlapping windows (ViTDet, Li et al. 2022, Sec. 3;
+layout in :mod:`~mmpe.models.layers.window`).
 """
 from typing import Optional, Tuple
 
@@ -13,6 +15,7 @@ from mmcv.cnn.bricks.drop import DropPath
 from torch import Tensor
 
 from .pe_attention import PEAttention
+from .window import merge_windows, window_key_mask, window_table, window_tokens
 
 
 class Mlp(nn.Module):
@@ -101,6 +104,16 @@ class ViTAttention(PEAttention):
 class ViTBlock(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm1(x))``, ``x + mlp(...)``.
 
+    With ``window_size = S > 0`` the attention is ViTDet's window attention
+    (Li et al. 2022, Sec. 3): the normed tokens are padded bottom/right to
+    whole ``S x S`` windows and each window attends within itself; padded
+    tokens are masked keys and are cropped after the attention. Positions
+    stay those of the full grid where an encoding is per token (RoPE: each
+    token keeps its entry of the ``(h, w)`` tables) and are the window's
+    where an encoding is per pair (iRPE: one ``(S, S)`` bucket plan shared
+    by all windows, which equals the full grid's relative positions inside
+    a window).
+
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads.
@@ -109,6 +122,8 @@ class ViTBlock(nn.Module):
         drop (float): Dropout after projections. Defaults to 0.
         drop_path (float): Stochastic depth rate. Defaults to 0.
         norm_cfg (dict): Norm config. Defaults to LN with eps 1e-6.
+        window_size (int): Window side S; 0 attends globally. Windows take
+            no skip (class) tokens. Defaults to 0.
         **attn_kwargs: :class:`PEAttention`'s ``attn_drop``, ``rpe_cfg``,
             ``rpe_on``, ``attn_impl``, ``skip``.
     """
@@ -121,8 +136,19 @@ class ViTBlock(nn.Module):
                  drop: float = 0.,
                  drop_path: float = 0.,
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 window_size: int = 0,
                  **attn_kwargs) -> None:
         super().__init__()
+        if isinstance(window_size, bool) or not isinstance(
+                window_size, int) or window_size < 0:
+            raise ValueError(f'Unsupported `window_size` {window_size!r}, '
+                             'please choose an int >= 0 (0: global)')
+        if window_size and attn_kwargs.get('skip'):
+            raise ValueError(
+                f'`window_size` {window_size} with skip='
+                f"{attn_kwargs['skip']} tokens: windows have no place for "
+                'class tokens; choose window_size=0 or skip=0')
+        self.window_size = window_size
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = ViTAttention(
             embed_dims, num_heads, qkv_bias, proj_drop=drop, **attn_kwargs)
@@ -136,7 +162,30 @@ class ViTBlock(nn.Module):
                 hw_shape: Tuple[int, int],
                 rope: Optional[Tuple[Tensor, Tensor]] = None,
                 key_padding_mask: Optional[Tensor] = None) -> Tensor:
-        """(B, N, C) -> (B, N, C); arguments as :class:`ViTAttention`."""
-        x = x + self.drop_path(
-            self.attn(self.norm1(x), hw_shape, rope, key_padding_mask))
+        """(B, N, C) -> (B, N, C); arguments as :class:`ViTAttention`
+        (``hw_shape`` and ``rope`` of the full grid in both kinds of block).
+        """
+        y = self.norm1(x)
+        if self.window_size:
+            y = self._window_attn(y, hw_shape, rope, key_padding_mask)
+        else:
+            y = self.attn(y, hw_shape, rope, key_padding_mask)
+        x = x + self.drop_path(y)
         return x + self.drop_path(self.mlp(self.norm2(x)))
+
+    def _window_attn(self, x: Tensor, hw_shape: Tuple[int, int],
+                     rope: Optional[Tuple[Tensor, Tensor]],
+                     key_padding_mask: Optional[Tensor]) -> Tensor:
+        """Attention inside the windows of the grid: ``(B, h * w, C)`` ->
+        ``(B, h * w, C)``."""
+        s = self.window_size
+        b = x.shape[0]
+        windows = window_tokens(x, hw_shape, s)  # (B*nW, S*S, C)
+        mask = window_key_mask(key_padding_mask, b, hw_shape, s, x.device)
+        if rope is not None:  # (B*nW, H | 1, S*S, D) each
+            rope = tuple(window_table(t, b, hw_shape, s) for t in rope)
+        out = self.attn(windows, (s, s), rope, mask)
+        return merge_windows(out, hw_shape, s)
+
+    def extra_repr(self) -> str:
+        return f'window_size={self.window_size}' if self.window_size else ''

@@ -1,3 +1,3 @@
-from .simple_fpn import ViTSimpleFPN
+from .simple_fpn import LayerNorm2d, ViTSimpleFPN
 
-__all__ = ['ViTSimpleFPN']
+__all__ = ['LayerNorm2d', 'ViTSimpleFPN']

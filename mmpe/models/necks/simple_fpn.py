@@ -15,8 +15,12 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 
+@MODELS.register_module()
 class LayerNorm2d(nn.Module):
     """LayerNorm over the channels of an NCHW map.
+
+    Registered as a norm layer (``norm_cfg=dict(type='LayerNorm2d')``) for
+    ViTDet's pyramid and heads, which normalise conv maps with LayerNorm.
 
     Args:
         num_channels (int): Channels C.

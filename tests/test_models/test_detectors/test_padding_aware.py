@@ -22,9 +22,12 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(
     __file__)))))
 SMALL = dict(embed_dims=16, depth=2, num_heads=2, mlp_ratio=2.)
 TINY_MASK_RCNN = 'configs/quickstart/mask-rcnn_cpvt-tiny_synthetic.py'
+#: ViTDet's layout: 4 x 4 windows in block 0, block 1 global
+TINY_VITDET = 'configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py'
 #: (config, plain mmdet type, padding-aware type)
 DETECTORS = [
     (TINY_MASK_RCNN, 'MaskRCNN', 'PaddingAwareMaskRCNN'),
+    (TINY_VITDET, 'MaskRCNN', 'PaddingAwareMaskRCNN'),
     ('configs/retinanet_cpvt-s_fpn_1x_coco.py', 'RetinaNet',
      'PaddingAwareRetinaNet'),
     ('configs/detr_cpvt-s_150e_coco.py', 'DETR', 'PaddingAwareDETR'),
@@ -38,6 +41,8 @@ def _cfg(config, type_=None):
     init_default_scope('mmdet')
     cfg.model.backbone.arch = SMALL
     cfg.model.backbone.init_cfg = None
+    if cfg.model.backbone.get('window_size'):
+        cfg.model.backbone.global_blocks = (SMALL['depth'] - 1, )
     cfg.model.neck.in_channels = SMALL['embed_dims']
     if type_ is not None:
         cfg.model.type = type_
@@ -73,7 +78,7 @@ def _run(detector, calls, data, mode='predict'):
 
 
 @pytest.mark.parametrize('config,plain,aware', DETECTORS,
-                         ids=[d[2] for d in DETECTORS])
+                         ids=[osp.basename(d[0]) for d in DETECTORS])
 def test_backbone_sees_each_images_own_border(config, plain, aware):
     """The padding-aware detector's backbone features of each image in a
     padded batch are its features alone; the plain detector with the same
@@ -188,7 +193,7 @@ def test_two_backbone_calls_in_one_forward_both_get_the_mask(mode):
 
 
 @pytest.mark.parametrize('config,plain,aware', DETECTORS,
-                         ids=[d[2] for d in DETECTORS])
+                         ids=[osp.basename(d[0]) for d in DETECTORS])
 def test_checkpoints_interchange_with_the_plain_detector(config, plain,
                                                          aware):
     detector = _build(_cfg(config, aware))

@@ -1,0 +1,44 @@
+"""Helpers of the benchmark scripts (``tools/benchmark``): a process's own
+resident memory, and image sizes written ``WIDTHxHEIGHT``."""
+import argparse
+from typing import Tuple
+
+
+def resident_mb(field: str = 'VmHWM') -> float:
+    """This process's ``VmRSS`` (resident now) or ``VmHWM`` (high-water
+    mark) in MB, from ``/proc/self/status`` (Linux).
+
+    Both count this process image only: ``exec`` starts them afresh, so a
+    child's numbers do not include its launcher (unlike ``ru_maxrss``).
+    """
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) / 1024  # kB
+    raise ValueError(f'no {field!r} in /proc/self/status; choose VmRSS or '
+                     'VmHWM')
+
+
+def parse_image_size(text: str) -> Tuple[int, int]:
+    """``'1333x800'`` (width x height, as image sizes are written) ->
+    ``(800, 1333)`` (height, width); an ``argparse`` type."""
+    try:
+        width, height = (int(v) for v in text.lower().split('x'))
+        if width <= 0 or height <= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'image size {text!r}: write WIDTHxHEIGHT with positive ints, '
+            'e.g. 1333x800')
+    return height, width
+
+
+def write_json(path: str, result: dict) -> None:
+    """Write a benchmark's ``result`` to ``path`` (its folder made) and say
+    so."""
+    import json
+    import os
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'w') as f:
+        json.dump(result, f, indent=1)
+    print(f'wrote {path}')

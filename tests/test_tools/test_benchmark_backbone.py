@@ -1,0 +1,90 @@
+"""Smoke tests of the layout benchmarks: tools/benchmark/backbone.py (a row
+per subprocess, ratios to 'windowed none', the aims checked) and
+tools/benchmark/train_step.py's global twin and memory mode. Small runs;
+nothing here depends on how fast a row is."""
+import importlib.util
+import json
+import os.path as osp
+
+import pytest
+
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
+
+
+def _tool(name):
+    path = osp.join(ROOT, 'tools', 'benchmark', name)
+    spec = importlib.util.spec_from_file_location(
+        'mmpe_bench_' + name.replace('.py', ''), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_backbone_benchmark_rows_and_ratios(tmp_path):
+    tool = _tool('backbone.py')
+    out = tmp_path / 'bb.json'
+    tool.main(['--quick', '--sizes', '224x160', '--encodings', 'irpe',
+               '--out', str(out)])
+    res = json.loads(out.read_text())
+    rows = {r['row']: r for r in res['rows']}
+    assert list(rows) == ['global none', 'global irpe', 'windowed none',
+                          'windowed irpe']
+    for r in rows.values():
+        assert r['grid'] == [10, 14] and r['peak_mb'] >= r['step_mb'] > 0
+        assert r['x_time'] == pytest.approx(
+            r['ms'] / rows['windowed none']['ms'])
+        assert r['x_step_mb'] == pytest.approx(
+            r['step_mb'] / rows['windowed none']['step_mb'])
+    assert rows['windowed none']['x_time'] == pytest.approx(1.0)
+    aim = rows['windowed irpe']['aim']
+    assert (aim['time'], aim['memory']) == (1.2, 1.3)
+    assert aim['met'] == (rows['windowed irpe']['x_time'] <= 1.2
+                          and rows['windowed irpe']['x_step_mb'] <= 1.3)
+    assert 'global irpe' in rows and 'aim' not in rows['global irpe']
+    assert rows['global irpe']['x_time_layout'] == pytest.approx(
+        rows['global irpe']['ms'] / rows['global none']['ms'])
+    assert res['env']['load_avg_start'] and res['args']['depth'] == 3
+
+
+def test_backbone_benchmark_windows_only_layout(tmp_path):
+    tool = _tool('backbone.py')
+    out = tmp_path / 'bb.json'
+    tool.main(['--quick', '--sizes', '224x160', '--encodings', 'rope2d',
+               '--layouts', 'windows-only', '--repeats', '1', '--out',
+               str(out)])
+    rows = {r['row']: r for r in json.loads(out.read_text())['rows']}
+    assert list(rows) == ['windows-only none', 'windows-only rope2d']
+    # no 'windowed none' in this run: no ratio to it, none to its own layout
+    assert rows['windows-only rope2d']['x_time'] is None
+    assert rows['windows-only none']['x_time_layout'] == pytest.approx(1.0)
+
+
+def test_backbone_benchmark_global_blocks_follow_vitdet():
+    tool = _tool('backbone.py')
+    assert tool.global_blocks(12) == (2, 5, 8, 11)
+    assert tool.global_blocks(3) == (2, )
+
+
+def test_backbone_benchmark_failed_row_is_reported():
+    tool = _tool('backbone.py')
+    for bad in (['--depth', '0'], ['--window', '0'], ['--sizes', '1333']):
+        with pytest.raises(SystemExit):
+            tool.parse_args(bad)
+    args = tool.parse_args(['--quick'])
+    rec = tool._run_row(args, 's', (64, 64), 'windowed', 'relative')
+    assert 'relative' in rec['error'][-1] and 'ms' not in rec
+
+
+def test_train_step_global_twin_with_memory(tmp_path):
+    tool = _tool('train_step.py')
+    config = 'configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py'
+    out = tmp_path / 'ts.json'
+    tool.main([config, '--global-twin', '--memory', '--quick', '--threads',
+               '1', '--image-size', '96x64', '--out', str(out)])
+    res = json.loads(out.read_text())
+    rows = res['rows']
+    assert [r['config'] for r in rows] == [config, f'{config} [global]']
+    assert res['batch_shapes'] == [[64, 96], [64, 96]]
+    for r in rows:
+        assert r['peak_mb'] >= r['step_mb'] > 0 and len(r['times_s']) == 2
+    assert rows[0]['peak_ratio'] == pytest.approx(1.0)
