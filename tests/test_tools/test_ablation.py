@@ -268,6 +268,8 @@ def test_rope_coords_runs_are_tested_resized_and_on_the_canvas(
         return 1.0
 
     monkeypatch.setattr(ablation, '_run', fake_run)
+    monkeypatch.setattr(ablation, '_run_measured',
+                        lambda *a, **k: (fake_run(*a, **k), 0.0))
     args = ablation.parse_args(['--work-dir', str(tmp_path)])
     args.epochs, args.threads = 8, 1
     name, config, options = ablation.STUDIES['rope_coords_detr'][3]
