@@ -137,7 +137,8 @@ class PreemptionHook(Hook):
                                   SignalTolerantWorkerInit)):
                 continue
             loader.worker_init_fn = SignalTolerantWorkerInit(
-                self.signals, self._training, loader.worker_init_fn)
+                self.signals, self._training, loader.worker_init_fn,
+                loader.num_workers)
         self._training.set(True)
         atexit.register(self._training.set, False)
 
