@@ -17,7 +17,9 @@
 # 'rope-mixed', 'irpe') to compare position encodings with everything else
 # fixed (tools/experiments/ablation.py --studies cpvt_seg).
 _base_ = [
-    '../_base_/datasets/synthetic_seg.py', 'mmseg::_base_/default_runtime.py'
+    '../_base_/datasets/synthetic_seg.py',
+    'mmseg::_base_/default_runtime.py',
+    '../_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 default_scope = 'mmseg'
@@ -104,6 +106,13 @@ default_hooks = dict(
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
 # label values and sizes of every file, before the first step
-custom_hooks = [dict(type='SegLabelCheckHook')]
+# this list replaces the runtime base's: its hooks again, then the labels'
+custom_hooks = [
+    dict(type='PlainParamGroupsHook'),
+    dict(type='RNGStateHook'),
+    dict(type='PreemptionHook'),
+    dict(type='PlainCheckpointHook'),
+    dict(type='SegLabelCheckHook')
+]
 log_processor = dict(by_epoch=False)
 auto_scale_lr = dict(enable=False, base_batch_size=8)

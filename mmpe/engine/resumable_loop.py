@@ -20,7 +20,7 @@ run's. (Dataloader workers draw their seeds when an epoch's iterator is
 created, so with workers the augmentations of the resumed epoch differ.)
 Every other epoch is ``EpochBasedTrainLoop.run_epoch`` unchanged.
 
-``tools/train.py`` uses it in place of ``train_cfg`` of type
+:class:`~mmpe.engine.MMPERunner` uses it in place of ``train_cfg`` of type
 ``EpochBasedTrainLoop``; elsewhere::
 
     train_cfg = dict(type='ResumableEpochBasedTrainLoop', max_epochs=12)
