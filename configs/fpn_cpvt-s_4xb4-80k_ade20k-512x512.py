@@ -9,7 +9,8 @@
 # Data: ADE20K (ADEChallengeData2016) at data/ade/ADEChallengeData2016
 # (images/{training,validation}, annotations/{training,validation}; 150
 # classes, label 0 = "other" ignored: reduce_zero_label=True). Every label
-# map is checked (values, size) before the first step (SegLabelCheckHook).
+# map is checked (values, size) before the first step (DatasetCheckHook of
+# _base_/runtime_mmpe.py).
 #
 # ImageNet initialisation: convert DeiT-Small weights once with
 #   wget https://dl.fbaipublicfiles.com/deit/deit_small_patch16_224-cd65a155.pth
@@ -75,13 +76,5 @@ param_scheduler = [
     dict(
         type='PolyLR', power=0.9, eta_min=0., by_epoch=False, begin=0,
         end=80000)
-]
-# this list replaces the runtime base's: its hooks again, then the labels'
-custom_hooks = [
-    dict(type='PlainParamGroupsHook'),
-    dict(type='RNGStateHook'),
-    dict(type='PreemptionHook'),
-    dict(type='PlainCheckpointHook'),
-    dict(type='SegLabelCheckHook')
 ]
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -65,12 +65,4 @@ param_scheduler = [
     dict(type='PolyLR', power=1.0, eta_min=0., by_epoch=False, begin=1500,
          end=160000)
 ]
-# this list replaces the runtime base's: its hooks again, then the labels'
-custom_hooks = [
-    dict(type='PlainParamGroupsHook'),
-    dict(type='RNGStateHook'),
-    dict(type='PreemptionHook'),
-    dict(type='PlainCheckpointHook'),
-    dict(type='SegLabelCheckHook')
-]
 auto_scale_lr = dict(enable=False, base_batch_size=16)

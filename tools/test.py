@@ -6,7 +6,9 @@ Same flags as mmdet's ``tools/test.py`` (without TTA); mmpe's modules are
 registered, the runner is ``MMPERunner`` (``configs/_base_/runtime_mmpe.py``;
 set here on configs without a runner) and the checkpoint loads weights-only,
 through ``mmpe.engine.safe_checkpoint_loading`` (``--allow-unsafe-checkpoint``
-for trusted files that need more).
+for trusted files that need more). The config's ``DatasetCheckHook`` checks
+the test set first: problems are all listed and the script exits with
+status 2.
 
     python tools/test.py CONFIG CHECKPOINT [--out results.pkl]
 """

@@ -22,7 +22,11 @@ missing pieces and says so in one log line:
 * ``ResumableEpochBasedTrainLoop`` for ``EpochBasedTrainLoop``: mid-epoch
   resume; ``RNGStateHook``: exact resume;
 * ``PlainParamGroupsHook``: ``--cfg-options compile=True`` can trace
-  ``optimizer.step()``.
+  ``optimizer.step()``;
+* ``DatasetCheckHook``: the train and val sets are checked before the
+  first step (every image decoded as the pipeline reads it, annotations,
+  label maps); problems are all listed and the run exits with status 2
+  (docs/user_guides/dataset_check.md).
 
 The runner loads every checkpoint weights-only and ``--resume`` skips a
 newest checkpoint that does not load. Exit status: 0 done, 2 bad input

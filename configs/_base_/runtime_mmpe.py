@@ -21,6 +21,12 @@
 # loads. The names resolve under default_scope 'mmdet' and 'mmseg' alike.
 runner_type = 'MMPERunner'
 custom_hooks = [
+    # every image, annotation and label map checked before the first step
+    # (and the test set before testing); problems: all listed, exit status 2.
+    # skip_bad_images=True trains without the bad training images instead
+    # (--cfg-options custom_hooks.0.skip_bad_images=True); see
+    # docs/user_guides/dataset_check.md
+    dict(type='DatasetCheckHook'),
     # optimizer parameter groups as plain dicts (compile=True traces step())
     dict(type='PlainParamGroupsHook'),
     # RNG states in checkpoints: a resumed run repeats the uninterrupted one

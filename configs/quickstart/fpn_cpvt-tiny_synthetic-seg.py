@@ -105,14 +105,7 @@ default_hooks = dict(
         max_keep_ckpts=1),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
-# label values and sizes of every file, before the first step
-# this list replaces the runtime base's: its hooks again, then the labels'
-custom_hooks = [
-    dict(type='PlainParamGroupsHook'),
-    dict(type='RNGStateHook'),
-    dict(type='PreemptionHook'),
-    dict(type='PlainCheckpointHook'),
-    dict(type='SegLabelCheckHook')
-]
+# label values and sizes of every file are checked before the first step
+# (DatasetCheckHook of ../_base_/runtime_mmpe.py)
 log_processor = dict(by_epoch=False)
 auto_scale_lr = dict(enable=False, base_batch_size=8)

@@ -5,7 +5,8 @@ bf16 autocast training on CPU; for clusters: atomic checkpoint writes, a
 checkpoint and a documented exit status on preemption signals, mid-epoch
 resume, and the choice of the newest checkpoint that loads for ``--resume``;
 ``MMPERunner``, the runner of ``configs/_base_/runtime_mmpe.py``, which
-gives these guarantees under any launcher, and the exit statuses of a run.
+gives these guarantees under any launcher, the exit statuses of a run, and
+``DatasetCheckHook``: bad data stops a run before its first step.
 ``BackbonePaddingMaskHook`` is kept only to name its replacement (the
 ``PaddingAware*`` detectors) when a config uses it. Nothing here acts at
 import beyond registering modules (and ``AtomicLocalBackend`` under its own
@@ -14,6 +15,7 @@ from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .atomic_file_backend import (ATOMIC_BACKEND, AtomicLocalBackend,
                                   atomic_write, is_temporary_name)
 from .autocast_optim_wrapper import AutocastOptimWrapper
+from .dataset_check_hook import DatasetCheckFailed, DatasetCheckHook
 from .exit_status import (BAD_INPUT_EXIT_CODE, PREEMPTED_EXIT_CODE, BadInput,
                           RunStopped)
 from .padding_mask_hook import BackbonePaddingMaskHook
@@ -35,8 +37,9 @@ from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
 __all__ = [
     'ATOMIC_BACKEND', 'AtomicCheckpointHook', 'AtomicLocalBackend',
     'AutocastOptimWrapper', 'BAD_INPUT_EXIT_CODE', 'BackbonePaddingMaskHook',
-    'BadInput', 'MMPERunner', 'PREEMPTED_EXIT_CODE', 'PlainCheckpointHook',
-    'PlainParamGroupsHook', 'PreemptionHook', 'RNGStateHook', 'RUNTIME_HOOKS',
+    'BadInput', 'DatasetCheckFailed', 'DatasetCheckHook', 'MMPERunner',
+    'PREEMPTED_EXIT_CODE', 'PlainCheckpointHook', 'PlainParamGroupsHook',
+    'PreemptionHook', 'RNGStateHook', 'RUNTIME_HOOKS',
     'ResumableEpochBasedTrainLoop', 'RunStopped', 'SignalTolerantWorkerInit',
     'TrainingFlag', 'TrainingPreempted', 'UNSAFE_LOAD_ENV',
     'UnsafeCheckpointError', 'atomic_write', 'checkpoint_dirs',

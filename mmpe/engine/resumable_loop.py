@@ -83,6 +83,14 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     """``EpochBasedTrainLoop`` that continues a resumed epoch where its
     checkpoint was written; same arguments."""
 
+    def use_dataloader(self, dataloader: DataLoader) -> None:
+        """Train on ``dataloader`` from now on, before training starts (e.g.
+        the train set without the images
+        :class:`~mmpe.engine.DatasetCheckHook` left out): the iteration
+        count follows its length."""
+        self.dataloader = dataloader
+        self._max_iters = self._max_epochs * len(dataloader)
+
     def run_epoch(self) -> None:
         done = self._iter - self._epoch * len(self.dataloader)
         if done <= 0:

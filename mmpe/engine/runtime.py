@@ -23,6 +23,7 @@ from mmengine.config import Config
 #: ``custom_hooks`` of every mmpe run, in the order of
 #: ``configs/_base_/runtime_mmpe.py``: (name, names that count as it).
 RUNTIME_HOOKS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ('DatasetCheckHook', ('SegLabelCheckHook', )),
     ('PlainParamGroupsHook', ()),
     ('RNGStateHook', ()),
     ('PreemptionHook', ()),

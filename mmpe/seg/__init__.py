@@ -16,26 +16,26 @@ The modules of this package register into mmseg's registries themselves:
   backbone gets each batch's padding mask;
 - :class:`SyntheticSegDataset` (``synthetic_seg_dataset.py``): the embedded
   set's label maps;
-- :class:`SegLabelCheckHook` (``label_check.py``): label values and sizes
-  checked before the first training step.
+- :class:`SegLabelCheckHook` (``label_check.py``): the data set check
+  (:class:`~mmpe.engine.DatasetCheckHook`) under its earlier name.
 """
 from mmseg.registry import HOOKS, LOOPS, MODELS, OPTIM_WRAPPERS
 
 from ..engine import (AtomicCheckpointHook, AutocastOptimWrapper,
-                      PlainCheckpointHook, PlainParamGroupsHook,
-                      PreemptionHook, ResumableEpochBasedTrainLoop,
-                      RNGStateHook)
+                      DatasetCheckHook, PlainCheckpointHook,
+                      PlainParamGroupsHook, PreemptionHook,
+                      ResumableEpochBasedTrainLoop, RNGStateHook)
 from ..models.backbones import CPVT
 from ..models.necks import ViTSimpleFPN
-from .label_check import (SegLabelCheckHook, SegLabelError,
-                          check_seg_labels, label_problems)
+from .label_check import SegLabelCheckHook, label_problems
 from .padding_aware_seg import PaddingAwareEncoderDecoder
 from .synthetic_seg_dataset import SyntheticSegDataset
 
 #: (mmseg registry, mmpe classes registered there under their own names)
 SHARED = ((MODELS, (CPVT, ViTSimpleFPN)),
-          (HOOKS, (AtomicCheckpointHook, PlainCheckpointHook,
-                   PlainParamGroupsHook, PreemptionHook, RNGStateHook)),
+          (HOOKS, (AtomicCheckpointHook, DatasetCheckHook,
+                   PlainCheckpointHook, PlainParamGroupsHook, PreemptionHook,
+                   RNGStateHook)),
           (LOOPS, (ResumableEpochBasedTrainLoop, )),
           (OPTIM_WRAPPERS, (AutocastOptimWrapper, )))
 
@@ -65,7 +65,6 @@ def register_in_mmseg() -> None:
 register_in_mmseg()
 
 __all__ = [
-    'PaddingAwareEncoderDecoder', 'SegLabelCheckHook', 'SegLabelError',
-    'SyntheticSegDataset', 'check_seg_labels', 'label_problems',
-    'register_in_mmseg'
+    'PaddingAwareEncoderDecoder', 'SegLabelCheckHook', 'SyntheticSegDataset',
+    'label_problems', 'register_in_mmseg'
 ]

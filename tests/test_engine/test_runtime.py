@@ -23,8 +23,8 @@ CONFIGS = sorted(
                          recursive=True)
     if '/_base_/' not in p)
 # written out here, not taken from the code under test
-WANT_HOOKS = ['PlainParamGroupsHook', 'RNGStateHook', 'PreemptionHook',
-              'PlainCheckpointHook']
+WANT_HOOKS = ['DatasetCheckHook', 'PlainParamGroupsHook', 'RNGStateHook',
+              'PreemptionHook', 'PlainCheckpointHook']
 
 
 def _bases(path):
@@ -121,7 +121,7 @@ def test_complete_runtime_adds_only_what_is_missing():
     assert 'AtomicCheckpointHook in place of CheckpointHook' in changes[1]
     # a second time (the runner after mmpe's tools): nothing to do
     assert complete_runtime(cfg) == []
-    assert len(cfg.custom_hooks) == 5
+    assert len(cfg.custom_hooks) == 6
 
 
 def test_complete_runtime_never_adds_a_second_copy():
@@ -129,11 +129,14 @@ def test_complete_runtime_never_adds_a_second_copy():
     cfg = _bare()
     mine = PlainCheckpointHook()
     cfg.custom_hooks = [
-        dict(type='mmdet.PreemptionHook', signals=('SIGUSR1', )), mine
+        dict(type='mmdet.PreemptionHook', signals=('SIGUSR1', )), mine,
+        dict(type='SegLabelCheckHook')  # the data set check's older name
     ]
     complete_runtime(cfg)
     names = Counter(type_name(h) for h in cfg.custom_hooks)
-    assert all(names[n] == 1 for n in WANT_HOOKS), names
+    assert names.pop('SegLabelCheckHook') == 1
+    assert all(names[n] == 1 for n in WANT_HOOKS[1:]), names
+    assert 'DatasetCheckHook' not in names
     assert cfg.custom_hooks[0]['signals'] == ('SIGUSR1', )  # kept as given
     assert cfg.custom_hooks[1] is mine
 
@@ -158,7 +161,7 @@ def test_complete_runtime_other_forms():
     # a scope without mmpe's names gets them from mmdet's registries
     cfg = Config(dict(default_scope='mmpretrain'))
     complete_runtime(cfg)
-    assert cfg.custom_hooks[0]['type'] == 'mmdet.PlainParamGroupsHook'
+    assert cfg.custom_hooks[0]['type'] == 'mmdet.DatasetCheckHook'
 
 
 def test_use_mmpe_runner():

@@ -31,8 +31,8 @@ MMSEG_TOOLS = osp.join(osp.dirname(mmseg.__file__), '.mim', 'tools')
 SEG_CONFIG = osp.join(ROOT, 'configs', 'quickstart',
                       'fpn_cpvt-tiny_synthetic-seg.py')
 # the runtime pieces, written out here (not taken from mmpe)
-HOOKS = ('PlainParamGroupsHook', 'RNGStateHook', 'PreemptionHook',
-         'PlainCheckpointHook')
+HOOKS = ('DatasetCheckHook', 'PlainParamGroupsHook', 'RNGStateHook',
+         'PreemptionHook', 'PlainCheckpointHook')
 HANG_GUARD_S = 900
 
 
@@ -64,6 +64,7 @@ def test_mmdet_tools_train_resume_test(tiny_data, tmp_path):
     assert 'ResumableEpochBasedTrainLoop in place of EpochBasedTrainLoop' \
         in log
     assert 'PreemptionHook: on SIGTERM, SIGUSR1' in log
+    assert 'dataset check: no problems in the train set' in log
     _is_plain(osp.join(work, 'epoch_1.pth'))
 
     log = _run(train + ['--resume', '--cfg-options', *_options(tiny_data, 2)],
@@ -78,6 +79,7 @@ def test_mmdet_tools_train_resume_test(tiny_data, tmp_path):
         str(tmp_path / 'test'), '--cfg-options', *_options(tiny_data, 2)
     ], tmp_path)
     assert 'coco/bbox_mAP' in log
+    assert 'dataset check: no problems in the test set' in log
 
 
 def test_mmseg_tools_train_resume_test(tmp_path):
@@ -139,4 +141,9 @@ def test_mmpe_tools_complete_a_config_without_the_runtime(tiny_data,
     assert used.default_hooks.checkpoint.type == 'AtomicCheckpointHook'
     assert used.train_cfg.type == 'ResumableEpochBasedTrainLoop'
     assert 'PreemptionHook: on SIGUSR1 a checkpoint' in log  # the user's own
+    # a clean set passes with one summary line (train and val)
+    checks = [ln for ln in log.splitlines() if 'dataset check' in ln]
+    assert len(checks) == 1, checks
+    assert 'no problems in the train set (8 samples' in checks[0]
+    assert 'val set (4 samples' in checks[0]
     _is_plain(osp.join(work, 'epoch_1.pth'))
