@@ -106,9 +106,9 @@ class DatasetCheckHook(Hook):
 
     @staticmethod
     def _loop(runner, split: str):
-        return dict(train=lambda: runner.train_loop,
-                    val=lambda: runner.val_loop,
-                    test=lambda: runner.test_loop)[split]()
+        """``runner.train_loop`` / ``val_loop`` / ``test_loop`` (None when
+        the config has none)."""
+        return getattr(runner, f'{split}_loop')
 
     def _check(self, runner, splits: List[str]) -> None:
         clean, stopped = [], []

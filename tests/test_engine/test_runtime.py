@@ -69,7 +69,10 @@ def test_every_config_inherits_the_runtime_base(path):
     # replaces the base's, so it has to name them again)
     names = Counter(type_name(h) for h in cfg.custom_hooks)
     for name in WANT_HOOKS:
-        assert names[name] == 1, (name, dict(names))
+        assert names[name] == 1, (
+            f'{name} appears {names[name]} times in custom_hooks; a '
+            "config's own custom_hooks list replaces the runtime base's: "
+            'name each of its hooks once again')
 
 
 def test_runtime_base_declares_the_runtime_hooks():

@@ -23,10 +23,8 @@ import pytest
 
 sys.path.insert(0, osp.dirname(__file__))
 sys.path.insert(0, osp.join(osp.dirname(__file__), '..', 'test_datasets'))
-from test_data_check import _break  # noqa: E402
+from test_data_check import _break, coco_set  # noqa: E402,F401
 from test_train_test_e2e import CONFIG, ROOT, _options  # noqa: E402
-
-from mmpe.datasets import generate_synthetic_coco  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -47,14 +45,6 @@ REASON_WORDS = {
 }
 
 
-@pytest.fixture(scope='module')
-def clean_set(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('clean'))
-    generate_synthetic_coco(root, num_train=10, num_val=2, seed=5,
-                            min_size=64, max_size=96)
-    return root
-
-
 def _run(cmd, status):
     proc = subprocess.run([sys.executable, *cmd], cwd=ROOT,
                           env=dict(os.environ, OMP_NUM_THREADS='1'),
@@ -73,8 +63,8 @@ def _line_of(log, path):
 
 
 def test_bad_data_stops_training_before_the_first_iteration(
-        clean_set, tmp_path):
-    bad, want = _break(clean_set, tmp_path)
+        coco_set, tmp_path):
+    bad, want = _break(coco_set, tmp_path)
     work = str(tmp_path / 'work')
     log = _run([
         'tools/train.py', INSTANCE_CONFIG, '--work-dir', work,
@@ -92,8 +82,8 @@ def test_bad_data_stops_training_before_the_first_iteration(
     assert all(path in listing for path, _, _ in want)
 
 
-def test_skip_bad_images_trains_on_and_names_them(clean_set, tmp_path):
-    bad, want = _break(clean_set, tmp_path)
+def test_skip_bad_images_trains_on_and_names_them(coco_set, tmp_path):
+    bad, want = _break(coco_set, tmp_path)
     work = str(tmp_path / 'work')
     log = _run([
         'tools/train.py', CONFIG, '--work-dir', work, '--cfg-options',
@@ -110,11 +100,11 @@ def test_skip_bad_images_trains_on_and_names_them(clean_set, tmp_path):
     assert 'dataset check: no problems in the val set' in log
 
 
-def test_tools_test_checks_the_test_set(clean_set, tmp_path):
+def test_tools_test_checks_the_test_set(coco_set, tmp_path):
     work = str(tmp_path / 'work')
     _run(['tools/train.py', CONFIG, '--work-dir', work, '--cfg-options',
-          *_options(clean_set, 1)], status=0)
-    bad, want = _break(clean_set, tmp_path)
+          *_options(coco_set, 1)], status=0)
+    bad, want = _break(coco_set, tmp_path)
     # the test set of the quick-start is the val split: break one image
     val = sorted(glob.glob(osp.join(bad, 'val', '*.jpg')))[0]
     os.remove(val)

@@ -23,6 +23,7 @@ results are cached per file (:mod:`.file_cache`) and so is the annotation
 file's check, so a second start reads only what changed.
 """
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -200,7 +201,6 @@ def _img_ids(problems: Sequence[Problem], images: List[dict]) -> list:
 def _detection_problems(info: dict, index: Optional[int],
                         num_classes: int) -> List[Problem]:
     """Boxes and labels of a parsed (non-COCO) detection sample."""
-    import math
     problems = []
     width, height = info.get('width'), info.get('height')
     for k, inst in enumerate(info.get('instances', [])):
