@@ -134,6 +134,9 @@ def _problems(coco, classes=CLASSES, index_of=None):
 
 def test_a_good_annotation_passes():
     assert _problems(_coco()) == ([], [])
+    long_polygon = [[5.0 + (i % 7), 5.0 + i % 5] for i in range(40)]
+    flat = [v for point in long_polygon for v in point]
+    assert _problems(_coco(segmentation=[flat]))[0] == []
     # a box touching the image border within a pixel passes
     assert _problems(_coco(bbox=[-0.5, 0.0, 50.5, 40.9]))[0] == []
 
@@ -154,6 +157,17 @@ def test_a_good_annotation_passes():
     (dict(segmentation=[[5.0, 5.0, 15.0, float('inf'), 15.0, 13.0]]),
      'NaN or inf', ['polygon 0']),
     (dict(area=float('inf')), 'NaN or inf', ['area']),
+    # one value in a long polygon that is no finite number (JSON's NaN,
+    # null, a string, true)
+    (dict(segmentation=[[5.0, 5.0] * 19 + [15.0, float('nan')]]),
+     'NaN or inf', ['polygon 0']),
+    (dict(segmentation=[[5.0, 5.0] * 19 + [15.0, None]]), 'NaN or inf',
+     ['polygon 0']),
+    (dict(segmentation=[[5.0, 5.0] * 19 + [15.0, '13']]), 'NaN or inf',
+     ['polygon 0']),
+    (dict(segmentation=[[5.0, 5.0] * 19 + [15.0, True]]), 'NaN or inf',
+     ['polygon 0']),
+    (dict(bbox=[5.0, 5.0, True, 8.0]), 'NaN or inf', ['bbox']),
     (dict(segmentation=dict(size=[40, 51], counts='abc')), 'bad RLE mask',
      ['[40, 51]']),
     (dict(segmentation=dict(size=[40, 50], counts=[5, 3, 2])),
@@ -339,14 +353,45 @@ def test_a_clean_set_and_the_cache(coco_set, tmp_path):
         (path, 'JPEG lacks its end marker')
     ]
     # the annotation file's check is cached too: a changed file is read
-    ann = osp.join(root, 'annotations', 'instances_train.json')
-    with open(ann) as f:
+    ann_file = osp.join(root, 'annotations', 'instances_train.json')
+    with open(ann_file) as f:
         coco = json.load(f)
-    coco['annotations'][0]['category_id'] = 77
-    with open(ann, 'w') as f:
+    # on an image with other annotations, so that the data set keeps it
+    image_ids = [a['image_id'] for a in coco['annotations']]
+    ann = next(a for a in coco['annotations']
+               if image_ids.count(a['image_id']) > 1)
+    ann['category_id'] = 77
+    with open(ann_file, 'w') as f:
         json.dump(coco, f)
     fourth = check_dataset(_dataset(root), 'train set', options)
-    assert 'unknown category' in [p.kind for p in fourth.problems]
+    fifth = check_dataset(_dataset(root), 'train set', options)  # cached
+    dataset = _dataset(root)
+    paths = [dataset.get_data_info(i)['img_path']
+             for i in range(len(dataset))]
+    for result in (fourth, fifth):
+        assert 'unknown category' in [p.kind for p in result.problems]
+        # also a problem from the cache names the sample it spoils (mmdet's
+        # parsed sample of that index reads the file)
+        for p in result.problems:
+            assert p.index is not None and paths[p.index] == p.file
+    assert fifth.num_read == 0
+
+
+def test_progress_in_a_log_is_a_line_at_every_tenth(coco_set, monkeypatch):
+    from mmpe.datasets.data_check import checker
+    lines = []
+    monkeypatch.setattr(checker, 'print_log',
+                        lambda msg, **kwargs: lines.append(msg))
+    monkeypatch.setattr(checker, 'PROGRESS_MIN_FILES', 1)
+    monkeypatch.setattr(checker, 'FILES_PER_BATCH', 1)
+    monkeypatch.setattr(sys.stdout, 'isatty', lambda: False)  # a log file
+    result = check_dataset(_dataset(coco_set), 'train set',
+                           CheckOptions(cache_dir=None))
+    assert result.num_read == 10
+    # 10 files read one by one: a line after each, counting up to 10
+    counts = [line.split(' files read')[0].split(': ')[1] for line in lines]
+    assert counts == [f'{k}/10' for k in range(1, 11)]
+    assert all('files/s' in line for line in lines)
 
 
 def test_image_turned_by_exif_orientation(tmp_path):

@@ -18,7 +18,8 @@ Reading files is what takes time; it runs in ``num_workers`` processes (a
 torch ``DataLoader`` over the files, as the training loader would), split
 across the ranks of a distributed run (rank 0 decides what to read and
 assembles the result; the others return None), with a progress bar and its
-rate on rank 0 once there are :data:`PROGRESS_MIN_FILES` files to read. The
+rate on rank 0 once there are :data:`PROGRESS_MIN_FILES` files to read (a
+line at every tenth when the output is not a terminal). The
 results are cached per file (:mod:`.file_cache`) and so is the annotation
 file's check, so a second start reads only what changed.
 """
@@ -31,6 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from mmengine.dist import (all_gather_object, broadcast_object_list,
                            get_dist_info)
+from mmengine.logging import print_log
 from torch.utils.data import DataLoader, Dataset
 
 from .coco_annotations import check_coco
@@ -78,6 +80,8 @@ class CheckResult:
         num_files (int): Files checked (images and label maps).
         num_read (int): Files read now (the others came from the cache).
         seconds (float): Time spent reading files.
+        total_seconds (float): Time of the whole check (also reading the
+            annotation file and the cache).
         problems (list[Problem]): Everything wrong, all at once.
         notes (list[str]): Facts worth a line that are not problems.
         wrapped (bool): The data set wraps others (e.g. ``RepeatDataset``):
@@ -90,6 +94,7 @@ class CheckResult:
     num_files: int = 0
     num_read: int = 0
     seconds: float = 0.0
+    total_seconds: float = 0.0
     problems: List[Problem] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     wrapped: bool = False
@@ -110,7 +115,7 @@ class CheckResult:
                 f'files: {self.num_read} read in {self.seconds:.1f} s '
                 f'({rate:.0f} files/s), '
                 f'{self.num_files - self.num_read} unchanged since the last '
-                'check)')
+                f'check; {self.total_seconds:.1f} s in all)')
 
 
 @dataclass
@@ -122,6 +127,7 @@ class _Unit:
     settings: ImageReadSettings
     expected: Optional[List[int]] = None  # [h, w] from the annotation
     seg: Optional[dict] = None
+    img_id: Optional[object] = None  # COCO: index filled in from it
 
 
 def _leaves(dataset) -> list:
@@ -153,12 +159,10 @@ def _source(dataset) -> str:
                                                       '') or '.'
 
 
-def _coco_units(dataset, indexed: bool, cache: FileCheckCache,
-                settings: ImageReadSettings
+def _coco_units(dataset, cache: FileCheckCache, settings: ImageReadSettings
                 ) -> Tuple[List[_Unit], List[Problem], List[str]]:
-    infos = _infos(dataset)
-    index_of = {info['img_id']: i for i, info in enumerate(infos)} \
-        if indexed else {}
+    """Every image of a COCO annotation file and the file's problems; the
+    data set indices are filled in later, only if there are problems."""
     classes = list(dataset.metainfo.get('classes') or [])
     ann_file = dataset.ann_file
     with_masks = loads_masks(getattr(dataset, 'pipeline', None))
@@ -173,29 +177,30 @@ def _coco_units(dataset, indexed: bool, cache: FileCheckCache,
             with_masks)
         del coco
         cached = dict(images=images, notes=notes,
-                      problems=[(p.to_dict(), img_id) for p, img_id in zip(
-                          problems, _img_ids(problems, images))])
+                      problems=[p.to_dict() for p in problems])
         if stamp[0] is not None:
             cache.put_section('coco', stamp, cached)
-    problems = []
-    for d, img_id in cached['problems']:
-        p = Problem(**d)
-        p.index = index_of.get(img_id)
-        problems.append(p)
     units = []
     for img in cached['images']:
         expected = [img['height'], img['width']] if all(
             isinstance(v, (int, float)) and v > 0
             for v in (img['width'], img['height'])) else None
-        units.append(_Unit(img['path'], index_of.get(img['img_id']),
-                           settings, expected))
-    return units, problems, list(cached['notes'])
+        units.append(_Unit(img['path'], None, settings, expected,
+                           img_id=img['img_id']))
+    return units, [Problem(**d) for d in cached['problems']], list(
+        cached['notes'])
 
 
-def _img_ids(problems: Sequence[Problem], images: List[dict]) -> list:
-    """The image id of each problem (by its file), None for the whole set."""
-    by_path = {img['path']: img['img_id'] for img in images}
-    return [None if p.whole_set else by_path.get(p.file) for p in problems]
+def _fill_coco_indices(dataset, problems: List[Problem]) -> None:
+    """Set ``index`` of the problems of a COCO data set from their image
+    ids (images the data set leaves out keep None)."""
+    index_of = {
+        dataset.get_data_info(i)['img_id']: i
+        for i in range(len(dataset))
+    }
+    for p in problems:
+        if p.img_id is not None:
+            p.index = index_of.get(p.img_id)
 
 
 def _detection_problems(info: dict, index: Optional[int],
@@ -239,7 +244,7 @@ def _describe(dataset, indexed: bool, cache: FileCheckCache
         "mmcv's defaults (cv2, color)"
     ]
     if _is_coco(dataset):
-        units, problems, more = _coco_units(dataset, indexed, cache, settings)
+        units, problems, more = _coco_units(dataset, cache, settings)
         return units, problems, notes + more
     classes = dataset.metainfo.get('classes') or ()
     units, problems = [], []
@@ -286,6 +291,34 @@ def _as_list(batch: list) -> list:
     return batch
 
 
+class _Progress:
+    """On a terminal mmengine's ``ProgressBar`` (count, rate, ETA); in a log
+    file (a cluster job) one line at every tenth of the files instead of a
+    line redrawn thousands of times."""
+
+    def __init__(self, total: int):
+        self.total, self.done = total, 0
+        self.started = time.perf_counter()
+        self.bar = None
+        if sys.stdout.isatty():
+            from mmengine.utils import ProgressBar
+            self.bar = ProgressBar(total)
+
+    def update(self, n: int) -> None:
+        before, self.done = self.done, self.done + n
+        if self.bar is not None:
+            self.bar.update(n)
+            if self.done == self.total:
+                sys.stdout.write('\n')
+            return
+        if self.done * 10 // self.total > before * 10 // self.total:
+            rate = self.done / max(time.perf_counter() - self.started, 1e-9)
+            left = (self.total - self.done) / rate
+            print_log(f'dataset check: {self.done}/{self.total} files read '
+                      f'({rate:.0f} files/s, {left:.0f} s left)',
+                      logger='current')
+
+
 def _read(tasks, num_workers: int, progress: bool) -> List[dict]:
     """Read ``tasks`` in order, ``num_workers`` processes."""
     if not tasks:
@@ -293,17 +326,13 @@ def _read(tasks, num_workers: int, progress: bool) -> List[dict]:
     loader = DataLoader(_FileReads(tasks), batch_size=FILES_PER_BATCH,
                         num_workers=min(num_workers, len(tasks)),
                         collate_fn=_as_list)
-    bar = None
-    if progress and len(tasks) >= PROGRESS_MIN_FILES:
-        from mmengine.utils import ProgressBar
-        bar = ProgressBar(len(tasks))
+    shown = _Progress(len(tasks)) if progress and \
+        len(tasks) >= PROGRESS_MIN_FILES else None
     results = []
     for batch in loader:
         results += batch
-        if bar is not None:
-            bar.update(len(batch))
-    if bar is not None:
-        sys.stdout.write('\n')
+        if shown is not None:
+            shown.update(len(batch))
     return results
 
 
@@ -313,7 +342,7 @@ def _unit_problems(unit: _Unit, results: Dict[Tuple[str, str], dict],
     problems = []
     if 'kind' in image:
         problems.append(Problem(unit.path, image['reason'], image['kind'],
-                                index=unit.index))
+                                index=unit.index, img_id=unit.img_id))
     elif unit.expected is not None and image['shape'] != unit.expected:
         (h, w), (eh, ew) = image['shape'], unit.expected
         turned = ' (turned by its EXIF orientation?)' if [w, h] == [eh, ew] \
@@ -321,7 +350,8 @@ def _unit_problems(unit: _Unit, results: Dict[Tuple[str, str], dict],
         problems.append(Problem(
             unit.path, f'decoded size {w} x {h} (w x h) differs from the '
             f"annotation's {ew} x {eh}{turned}",
-            'size differs from the annotation', index=unit.index))
+            'size differs from the annotation', index=unit.index,
+            img_id=unit.img_id))
     if unit.seg is None:
         return problems
     seg = unit.seg
@@ -361,6 +391,7 @@ def check_dataset(dataset, name: str,
         CheckResult | None: On rank 0 the result; None on other ranks.
     """
     rank, world = get_dist_info()
+    started = time.perf_counter()  # reported, never compared
     todo, plan = [], None
     if rank == 0:
         leaves = _leaves(dataset)
@@ -412,9 +443,12 @@ def check_dataset(dataset, name: str,
         notes.append(warning)
     for unit in units:
         problems += _unit_problems(unit, results, options.ignore_index)
+    if problems and not wrapped and _is_coco(dataset):
+        _fill_coco_indices(dataset, problems)
     problems.sort(key=lambda p: (not p.whole_set, p.file, str(p.ann_id)))
     return CheckResult(
         name=name, source=source, num_samples=len(dataset),
         num_files=len(tasks), num_read=len(todo), seconds=seconds,
-        problems=problems, notes=notes, wrapped=wrapped)
+        total_seconds=time.perf_counter() - started, problems=problems,
+        notes=notes, wrapped=wrapped)
 

@@ -39,10 +39,22 @@ from .problems import Problem
 BOX_TOLERANCE_PX = 1.0
 
 
+#: The types a number has in a loaded JSON file.
+_JSON_NUMBERS = frozenset((int, float))
+
+
 def _finite_numbers(values) -> bool:
-    return isinstance(values, (list, tuple)) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool)
-        and math.isfinite(v) for v in values)
+    """Whether ``values`` is a list of finite ints / floats (not bools,
+    None or strings). COCO's polygons hold tens of millions of coordinates:
+    ``map`` keeps the loop in C."""
+    if not isinstance(values, (list, tuple)):
+        return False
+    if not set(map(type, values)) <= _JSON_NUMBERS:
+        return False
+    try:
+        return all(map(math.isfinite, values))
+    except OverflowError:  # an int beyond float's range
+        return False
 
 
 def _positive(value) -> bool:
@@ -199,7 +211,7 @@ def check_coco(coco: dict, ann_file: str, classes: Sequence[str],
                 path, f'the annotation file gives it width {width!r} and '
                 f'height {height!r}; both must be positive numbers',
                 'bad image size in the annotations',
-                index=record['index']))
+                index=record['index'], img_id=img_id))
 
     left_out = defaultdict(int)
     for ann in coco.get('annotations', []):
@@ -231,7 +243,8 @@ def check_coco(coco: dict, ann_file: str, classes: Sequence[str],
         for kind, reason in reasons:
             problems.append(Problem(record['path'], reason, kind,
                                     ann_id=ann.get('id'),
-                                    index=record['index']))
+                                    index=record['index'],
+                                    img_id=record['img_id']))
     if left_out:
         n = sum(left_out.values())
         notes.append(f'{n} annotation(s) of {len(left_out)} categor(y/ies) '

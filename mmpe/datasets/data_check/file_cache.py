@@ -26,7 +26,7 @@ import os.path as osp
 from typing import Dict, Optional, Tuple
 
 #: Bumped when the meaning of a cached result changes.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def default_cache_dir() -> str:

@@ -26,6 +26,8 @@ class Problem:
         whole_set (bool): A problem of the data set itself (e.g. a class
             missing from the annotation file): no sample can be skipped for
             it.
+        img_id (int | str | None): The image's id in a COCO annotation
+            file (which sample it is, before ``index`` is known).
     """
 
     file: str
@@ -34,6 +36,7 @@ class Problem:
     ann_id: Optional[object] = None
     index: Optional[int] = None
     whole_set: bool = False
+    img_id: Optional[object] = None
 
     def line(self) -> str:
         """``file [annotation N]: reason``."""
