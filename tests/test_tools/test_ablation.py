@@ -181,16 +181,19 @@ def test_parallel_jobs_keep_every_run_and_report_failures(
     """--jobs 2: runs overlap, each gets cores // jobs threads; a failing run
     does not stop the others, is left out of the JSON and makes exit 1."""
     import threading
-    import time
     lock = threading.Lock()
     state = dict(running=0, peak=0, threads=set())
+    # each run waits until a second one runs beside it (no sleep: on a busy
+    # machine a fixed delay can pass before the other thread starts); the
+    # timeout is only a hang guard, e.g. if runs did not overlap at all
+    both_running = threading.Barrier(2, timeout=300)
 
     def fake_run_one(study, name, config, options, seed, args):
         with lock:
             state['running'] += 1
             state['peak'] = max(state['peak'], state['running'])
             state['threads'].add(args.threads)
-        time.sleep(0.2)
+        both_running.wait()
         with lock:
             state['running'] -= 1
         if name.startswith('#4') and seed == 1:
