@@ -8,7 +8,10 @@
 # (`encoder.layers.*.self_attn.rope.freqs`) missing.
 #   python tools/train.py configs/conditional-detr_rope-mixed_r50_50e_coco.py
 #   bash tools/dist_train.sh configs/conditional-detr_rope-mixed_r50_50e_coco.py 8
-_base_ = 'mmdet::conditional_detr/conditional-detr_r50_8xb2-50e_coco.py'
+_base_ = [
+    'mmdet::conditional_detr/conditional-detr_r50_8xb2-50e_coco.py',
+    './_base_/runtime_mmpe.py',
+]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 
 # The encoder's position encoding, mmpe's one setting (choices in

@@ -14,7 +14,8 @@
 # away: '_base_/irpe_tables/imagenet.py' instead of '.../detr.py'.
 _base_ = [
     'mmdet::dab_detr/dab-detr_r50_8xb2-50e_coco.py',
-    './_base_/irpe_tables/detr.py'
+    './_base_/irpe_tables/detr.py',
+    './_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 

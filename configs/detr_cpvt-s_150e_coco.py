@@ -3,7 +3,11 @@
 # 32 (as ResNet's C5) and projected to 256 channels for the transformer.
 # The backbone loads DeiT-Small weights converted by
 # tools/model_converters/timm_vit_to_cpvt.py (see _base_/models/cpvt-s.py).
-_base_ = ['mmdet::detr/detr_r50_8xb2-150e_coco.py', '_base_/models/cpvt-s.py']
+_base_ = [
+    'mmdet::detr/detr_r50_8xb2-150e_coco.py',
+    '_base_/models/cpvt-s.py',
+    './_base_/runtime_mmpe.py',
+]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 default_scope = 'mmdet'
 

@@ -12,7 +12,9 @@
 # it from here. The paper's ImageNet recipe (zero init, no decay on tables) is
 # one line away: '_base_/irpe_tables/imagenet.py' instead of '.../detr.py'.
 _base_ = [
-    'mmdet::detr/detr_r50_8xb2-150e_coco.py', './_base_/irpe_tables/detr.py'
+    'mmdet::detr/detr_r50_8xb2-150e_coco.py',
+    './_base_/irpe_tables/detr.py',
+    './_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 

@@ -8,7 +8,10 @@
 # checkpoint loads with nothing missing (RoPE-2D has no parameters).
 #   python tools/train.py configs/detr_rope2d_r50_150e_coco.py
 #   bash tools/dist_train.sh configs/detr_rope2d_r50_150e_coco.py 8
-_base_ = 'mmdet::detr/detr_r50_8xb2-150e_coco.py'
+_base_ = [
+    'mmdet::detr/detr_r50_8xb2-150e_coco.py',
+    './_base_/runtime_mmpe.py',
+]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 
 # The encoder's position encoding, mmpe's one setting (choices in

@@ -9,7 +9,8 @@
 # Data: ADE20K (ADEChallengeData2016) at data/ade/ADEChallengeData2016
 # (images/{training,validation}, annotations/{training,validation}; 150
 # classes, label 0 = "other" ignored: reduce_zero_label=True). Every label
-# map is checked (values, size) before the first step (SegLabelCheckHook).
+# map is checked (values, size) before the first step (DatasetCheckHook of
+# _base_/runtime_mmpe.py).
 #
 # ImageNet initialisation: convert DeiT-Small weights once with
 #   wget https://dl.fbaipublicfiles.com/deit/deit_small_patch16_224-cd65a155.pth
@@ -17,9 +18,11 @@
 #       deit_small_patch16_224-cd65a155.pth checkpoints/cpvt-s_deit-in1k.pth
 # To train from scratch instead: --cfg-options model.backbone.init_cfg=None
 _base_ = [
-    'mmseg::_base_/models/fpn_r50.py', 'mmseg::_base_/datasets/ade20k.py',
+    'mmseg::_base_/models/fpn_r50.py',
+    'mmseg::_base_/datasets/ade20k.py',
     'mmseg::_base_/default_runtime.py',
-    'mmseg::_base_/schedules/schedule_80k.py'
+    'mmseg::_base_/schedules/schedule_80k.py',
+    './_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 default_scope = 'mmseg'
@@ -74,5 +77,4 @@ param_scheduler = [
         type='PolyLR', power=0.9, eta_min=0., by_epoch=False, begin=0,
         end=80000)
 ]
-custom_hooks = [dict(type='SegLabelCheckHook')]
 auto_scale_lr = dict(enable=False, base_batch_size=16)

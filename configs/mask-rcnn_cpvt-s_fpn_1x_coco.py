@@ -7,7 +7,9 @@ _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
     'mmdet::_base_/datasets/coco_instance.py',
     'mmdet::_base_/schedules/schedule_1x.py',
-    'mmdet::_base_/default_runtime.py', '_base_/models/cpvt-s.py'
+    'mmdet::_base_/default_runtime.py',
+    '_base_/models/cpvt-s.py',
+    './_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 default_scope = 'mmdet'

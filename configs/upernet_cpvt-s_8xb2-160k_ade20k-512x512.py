@@ -12,8 +12,10 @@
 # configs/fpn_cpvt-s_4xb4-80k_ade20k-512x512.py.
 _base_ = [
     'mmseg::_base_/models/upernet_vit-b16_ln_mln.py',
-    'mmseg::_base_/datasets/ade20k.py', 'mmseg::_base_/default_runtime.py',
-    'mmseg::_base_/schedules/schedule_160k.py'
+    'mmseg::_base_/datasets/ade20k.py',
+    'mmseg::_base_/default_runtime.py',
+    'mmseg::_base_/schedules/schedule_160k.py',
+    './_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 default_scope = 'mmseg'
@@ -63,5 +65,4 @@ param_scheduler = [
     dict(type='PolyLR', power=1.0, eta_min=0., by_epoch=False, begin=1500,
          end=160000)
 ]
-custom_hooks = [dict(type='SegLabelCheckHook')]
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -3,9 +3,12 @@ Runner (the config's ``default_scope``, 'mmdet' or 'mmseg', picks the
 registries; ``--out`` is a .pkl of detections or a folder of label maps).
 
 Same flags as mmdet's ``tools/test.py`` (without TTA); mmpe's modules are
-registered and the checkpoint loads weights-only, through
-``mmpe.engine.safe_checkpoint_loading`` (``--allow-unsafe-checkpoint`` for
-trusted files that need more).
+registered, the runner is ``MMPERunner`` (``configs/_base_/runtime_mmpe.py``;
+set here on configs without a runner) and the checkpoint loads weights-only,
+through ``mmpe.engine.safe_checkpoint_loading`` (``--allow-unsafe-checkpoint``
+for trusted files that need more). The config's ``DatasetCheckHook`` checks
+the test set first: problems are all listed and the script exits with
+status 2.
 
     python tools/test.py CONFIG CHECKPOINT [--out results.pkl]
 """
@@ -15,12 +18,12 @@ import os.path as osp
 import sys
 
 from mmengine.config import Config, DictAction
-from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
 
 sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
 import mmpe  # noqa: E402,F401  (registers modules)
-from mmpe.engine import UNSAFE_LOAD_ENV, safe_checkpoint_loading  # noqa: E402
+from mmdet.registry import RUNNERS  # noqa: E402
+from mmpe.engine import (UNSAFE_LOAD_ENV, safe_checkpoint_loading,  # noqa
+                         use_mmpe_runner)
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
                         finalize_distributed, fix_worker_settings,
                         prepare_cpu_distributed)
@@ -120,13 +123,12 @@ def main(argv=None):
             cfg.test_evaluator, dict) else list(cfg.test_evaluator)
         cfg.test_evaluator.append(
             dict(type='DumpDetResults', out_file_path=args.out))
+    for note in use_mmpe_runner(cfg):
+        print(note, file=sys.stderr)
     fix_worker_settings(cfg)
     prepare_cpu_distributed(cfg, args.launcher)
 
-    if 'runner_type' not in cfg:
-        runner = Runner.from_cfg(cfg)
-    else:
-        runner = RUNNERS.build(cfg)
+    runner = RUNNERS.build(cfg)  # cfg.runner_type, as mmdet's tools
     with safe_checkpoint_loading():
         metrics = runner.test()
     finalize_distributed()

@@ -1,27 +1,37 @@
-"""Train a detector with MMEngine's Runner; mmpe's modules are registered.
+"""Train a detector or segmentor with mmpe's runner; mmpe's modules are
+registered.
 
 Same flags as mmdet's ``tools/train.py``, plus ``--overwrite`` (a fresh run
 refuses to replace the checkpoints of an earlier run in the same work dir)
 and ``--allow-unsafe-checkpoint`` (see ``mmpe.engine.safe_checkpoint``).
 
-Every config trains with ``PlainCheckpointHook`` (added unless the config
-lists it), so the checkpoints hold only tensors, numbers, strings, lists,
-tuples and dicts and open with stock ``torch.load(weights_only=True)``
-without mmpe. Checkpoints are loaded (``--resume``, ``load_from``)
-weights-only, through ``mmpe.engine.safe_checkpoint_loading``.
+mmpe's configs inherit ``configs/_base_/runtime_mmpe.py``, which declares
+the runner (``MMPERunner``) and the hooks, so this script, mmdet's and
+mmseg's ``tools/train.py`` and ``mim train`` all build the same runner
+(docs/user_guides/plugin.md). A config without it (a user's own mmdet
+config) gets ``runner_type = 'MMPERunner'`` here; the runner then adds the
+missing pieces and says so in one log line:
 
-For preemptible clusters (``add_preemption_safety``): checkpoints and
-``last_checkpoint`` are written atomically (``AtomicCheckpointHook`` for
-``CheckpointHook``), ``--resume`` skips a newest checkpoint that does not load
-(``find_resumable_checkpoint``), SIGTERM / SIGUSR1 save ``iter_N.pth`` after
-the current iteration and exit with status 75 (``PreemptionHook``), and an
-epoch-based run resumes such a checkpoint mid-epoch
-(``ResumableEpochBasedTrainLoop``). Exit status: 0 done, 2 bad input (data,
-work dir, a --resume checkpoint that does not load), 75 preempted (resume).
+* ``PlainCheckpointHook``: checkpoints hold only tensors, numbers, strings,
+  lists, tuples and dicts and open with stock
+  ``torch.load(weights_only=True)`` without mmpe;
+* ``AtomicCheckpointHook`` for ``CheckpointHook``: checkpoints and
+  ``last_checkpoint`` written atomically;
+* ``PreemptionHook``: SIGTERM / SIGUSR1 save ``iter_N.pth`` after the
+  current iteration and exit with status 75;
+* ``ResumableEpochBasedTrainLoop`` for ``EpochBasedTrainLoop``: mid-epoch
+  resume; ``RNGStateHook``: exact resume;
+* ``PlainParamGroupsHook``: ``--cfg-options compile=True`` can trace
+  ``optimizer.step()``;
+* ``DatasetCheckHook``: the train and val sets are checked before the
+  first step (every image decoded as the pipeline reads it, annotations,
+  label maps); problems are all listed and the run exits with status 2
+  (docs/user_guides/dataset_check.md).
 
-With ``--cfg-options compile=True`` (MMEngine compiles ``train_step``),
-``PlainParamGroupsHook`` (added to every config) makes the optimizer's
-parameter groups plain dicts, which ``torch.compile`` needs.
+The runner loads every checkpoint weights-only and ``--resume`` skips a
+newest checkpoint that does not load. Exit status: 0 done, 2 bad input
+(data, work dir, a --resume checkpoint that does not load), 75 preempted
+(resume); see ``mmpe.engine.exit_status``.
 
     python tools/train.py configs/quickstart/detr_irpe_r18_synthetic.py
     bash tools/dist_train.sh CONFIG 2        # DDP via torchrun
@@ -34,15 +44,13 @@ import sys
 
 import torch
 from mmengine.config import Config, DictAction
-from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
 
 sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
 import mmpe  # noqa: E402,F401  (registers modules)
+from mmdet.registry import RUNNERS  # noqa: E402
 from mmpe.engine import (PREEMPTED_EXIT_CODE, UNSAFE_LOAD_ENV,  # noqa: E402
-                         PlainCheckpointHook, TrainingPreempted,
-                         UnsafeCheckpointError, resolve_resume,
-                         safe_checkpoint_loading)
+                         TrainingPreempted, safe_checkpoint_loading,
+                         use_mmpe_runner)
 from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
                         finalize_distributed, fix_worker_settings,
                         check_work_dir, prepare_cpu_distributed)
@@ -130,10 +138,6 @@ def build_cfg(args) -> Config:
                                '"auto_scale_lr.base_batch_size" in your '
                                'configuration file.')
 
-    add_plain_checkpoint_hook(cfg)
-    add_preemption_safety(cfg)
-    add_compile_support(cfg)
-
     if args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None
@@ -141,54 +145,6 @@ def build_cfg(args) -> Config:
         cfg.resume = True
         cfg.load_from = args.resume
     return cfg
-
-
-def add_plain_checkpoint_hook(cfg: Config) -> None:
-    """Append ``PlainCheckpointHook`` to ``cfg.custom_hooks`` if absent."""
-    hooks = list(cfg.get('custom_hooks', None) or [])
-    names = ('PlainCheckpointHook', 'mmdet.PlainCheckpointHook',
-             PlainCheckpointHook)
-    if not any(h.get('type') in names for h in hooks if isinstance(h, dict)) \
-            and not any(isinstance(h, PlainCheckpointHook) for h in hooks):
-        hooks.append(dict(type='PlainCheckpointHook'))
-    cfg.custom_hooks = hooks
-
-
-def add_preemption_safety(cfg: Config) -> None:
-    """Atomic checkpoint writes, a checkpoint on preemption signals, and
-    mid-epoch resume: MMEngine's ``CheckpointHook`` and ``EpochBasedTrainLoop``
-    become their mmpe subclasses (same arguments), and ``PreemptionHook`` is
-    appended to ``cfg.custom_hooks`` unless the config lists it. Named with
-    the ``mmdet.`` scope, so that they build under any ``default_scope``."""
-    ckpt = (cfg.get('default_hooks') or {}).get('checkpoint')
-    if isinstance(ckpt, dict) and ckpt.get('type') in ('CheckpointHook',
-                                                       'mmengine.'
-                                                       'CheckpointHook'):
-        ckpt['type'] = 'mmdet.AtomicCheckpointHook'
-    loop = cfg.get('train_cfg')
-    if isinstance(loop, dict) and loop.get('type') in ('EpochBasedTrainLoop',
-                                                       'mmengine.'
-                                                       'EpochBasedTrainLoop'):
-        loop['type'] = 'mmdet.ResumableEpochBasedTrainLoop'
-    hooks = list(cfg.get('custom_hooks', None) or [])
-    if not any(
-            isinstance(h, dict) and str(h.get('type', '')).split('.')[-1] ==
-            'PreemptionHook' for h in hooks):
-        hooks.append(dict(type='mmdet.PreemptionHook'))
-    cfg.custom_hooks = hooks
-
-
-def add_compile_support(cfg: Config) -> None:
-    """Append ``PlainParamGroupsHook`` to ``cfg.custom_hooks`` if absent, so
-    that MMEngine's ``compile=True`` (``torch.compile`` of ``train_step``)
-    can trace ``optimizer.step()``; see ``mmpe.engine.
-    plain_param_groups_hook``. Harmless without ``compile``."""
-    hooks = list(cfg.get('custom_hooks', None) or [])
-    if not any(
-            isinstance(h, dict) and str(h.get('type', '')).split('.')[-1] ==
-            'PlainParamGroupsHook' for h in hooks):
-        hooks.append(dict(type='mmdet.PlainParamGroupsHook'))
-    cfg.custom_hooks = hooks
 
 
 def main(argv=None):
@@ -200,19 +156,16 @@ def main(argv=None):
     try:
         check_data_paths(cfg, splits)
         check_work_dir(cfg.work_dir, cfg.get('resume'), args.overwrite)
-        for note in resolve_resume(cfg, args.resume):
-            print(f'warning: --resume: {note}', file=sys.stderr)
-    except (DataNotFoundError, FileExistsError, ValueError,
-            UnsafeCheckpointError) as err:
+    except (DataNotFoundError, FileExistsError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 2
+    for note in use_mmpe_runner(cfg):
+        print(note, file=sys.stderr)
     fix_worker_settings(cfg)
     prepare_cpu_distributed(cfg, args.launcher)
 
-    if 'runner_type' not in cfg:
-        runner = Runner.from_cfg(cfg)
-    else:
-        runner = RUNNERS.build(cfg)
+    runner = RUNNERS.build(cfg)  # cfg.runner_type, as mmdet's tools
+    # the runner stops a run on bad input (status 2) by SystemExit
     status = 0
     try:
         with safe_checkpoint_loading():

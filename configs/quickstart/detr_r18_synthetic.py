@@ -9,7 +9,8 @@
 #   python tools/train.py configs/quickstart/detr_r18_synthetic.py
 _base_ = [
     '../_base_/datasets/synthetic_coco_detection.py',
-    'mmdet::_base_/default_runtime.py'
+    'mmdet::_base_/default_runtime.py',
+    '../_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 
@@ -149,8 +150,8 @@ param_scheduler = [
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=25),
     checkpoint=dict(type='CheckpointHook', interval=4, max_keep_ckpts=2))
-# RNG states go into checkpoints, so --resume repeats an uninterrupted run.
-custom_hooks = [dict(type='RNGStateHook')]
+# RNG states go into checkpoints (RNGStateHook of ../_base_/runtime_mmpe.py),
+# so --resume repeats an uninterrupted run.
 auto_scale_lr = dict(base_batch_size=16)
 # A fixed seed (model init, data order, augmentation), so that `make demo`
 # gives the same AP on every run on one machine (README: what the demo reaches).

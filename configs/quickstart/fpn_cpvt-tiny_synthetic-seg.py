@@ -17,7 +17,9 @@
 # 'rope-mixed', 'irpe') to compare position encodings with everything else
 # fixed (tools/experiments/ablation.py --studies cpvt_seg).
 _base_ = [
-    '../_base_/datasets/synthetic_seg.py', 'mmseg::_base_/default_runtime.py'
+    '../_base_/datasets/synthetic_seg.py',
+    'mmseg::_base_/default_runtime.py',
+    '../_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 default_scope = 'mmseg'
@@ -103,7 +105,7 @@ default_hooks = dict(
         max_keep_ckpts=1),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
-# label values and sizes of every file, before the first step
-custom_hooks = [dict(type='SegLabelCheckHook')]
+# label values and sizes of every file are checked before the first step
+# (DatasetCheckHook of ../_base_/runtime_mmpe.py)
 log_processor = dict(by_epoch=False)
 auto_scale_lr = dict(enable=False, base_batch_size=8)

@@ -15,7 +15,8 @@
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
     '../_base_/datasets/synthetic_coco_instance.py',
-    'mmdet::_base_/default_runtime.py'
+    'mmdet::_base_/default_runtime.py',
+    '../_base_/runtime_mmpe.py',
 ]
 custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 default_scope = 'mmdet'

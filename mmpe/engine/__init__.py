@@ -3,7 +3,10 @@
 for the tools, a hook that makes resumed runs repeat uninterrupted ones,
 bf16 autocast training on CPU; for clusters: atomic checkpoint writes, a
 checkpoint and a documented exit status on preemption signals, mid-epoch
-resume, and the choice of the newest checkpoint that loads for ``--resume``.
+resume, and the choice of the newest checkpoint that loads for ``--resume``;
+``MMPERunner``, the runner of ``configs/_base_/runtime_mmpe.py``, which
+gives these guarantees under any launcher, the exit statuses of a run, and
+``DatasetCheckHook``: bad data stops a run before its first step.
 ``BackbonePaddingMaskHook`` is kept only to name its replacement (the
 ``PaddingAware*`` detectors) when a config uses it. Nothing here acts at
 import beyond registering modules (and ``AtomicLocalBackend`` under its own
@@ -12,32 +15,38 @@ from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .atomic_file_backend import (ATOMIC_BACKEND, AtomicLocalBackend,
                                   atomic_write, is_temporary_name)
 from .autocast_optim_wrapper import AutocastOptimWrapper
-from .optimizers import ViTLayerDecayOptimWrapperConstructor  # noqa: F401
+from .dataset_check_hook import DatasetCheckFailed, DatasetCheckHook
+from .exit_status import (BAD_INPUT_EXIT_CODE, PREEMPTED_EXIT_CODE, BadInput,
+                          RunStopped)
+from .optimizers import ViTLayerDecayOptimWrapperConstructor
 from .padding_mask_hook import BackbonePaddingMaskHook
 from .plain_checkpoint_hook import PlainCheckpointHook
 from .plain_param_groups_hook import PlainParamGroupsHook, plain_param_groups
 from .plain_state import from_plain, non_plain_paths, to_plain
-from .preemption_hook import (PREEMPTED_EXIT_CODE, PreemptionHook,
-                              TrainingPreempted)
+from .preemption_hook import PreemptionHook, TrainingPreempted
 from .preemption_workers import SignalTolerantWorkerInit, TrainingFlag
 from .resumable_loop import ResumableEpochBasedTrainLoop
-from .resume_checkpoint import (checkpoint_load_error,
-                                find_resumable_checkpoint, resolve_resume,
-                                resume_candidates)
+from .resume_checkpoint import (checkpoint_dirs, checkpoint_load_error,
+                                find_resumable_checkpoint, resume_candidates)
 from .rng_state_hook import RNGStateHook
+from .runner import MMPERunner
+from .runtime import RUNTIME_HOOKS, complete_runtime, use_mmpe_runner
 from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
                               load_from_local_safe, rebuild_history_buffer,
                               safe_checkpoint_loading)
 
 __all__ = [
     'ATOMIC_BACKEND', 'AtomicCheckpointHook', 'AtomicLocalBackend',
-    'AutocastOptimWrapper', 'BackbonePaddingMaskHook', 'PREEMPTED_EXIT_CODE',
-    'PlainCheckpointHook', 'PlainParamGroupsHook', 'PreemptionHook',
-    'RNGStateHook', 'SignalTolerantWorkerInit', 'TrainingFlag',
-    'ResumableEpochBasedTrainLoop', 'TrainingPreempted', 'UNSAFE_LOAD_ENV',
-    'UnsafeCheckpointError', 'atomic_write', 'checkpoint_load_error',
-    'find_resumable_checkpoint', 'from_plain', 'is_temporary_name',
-    'load_from_local_safe', 'non_plain_paths', 'plain_param_groups',
-    'rebuild_history_buffer',
-    'resolve_resume', 'resume_candidates', 'safe_checkpoint_loading', 'to_plain'
+    'AutocastOptimWrapper', 'BAD_INPUT_EXIT_CODE', 'BackbonePaddingMaskHook',
+    'BadInput', 'DatasetCheckFailed', 'DatasetCheckHook', 'MMPERunner',
+    'PREEMPTED_EXIT_CODE', 'PlainCheckpointHook', 'PlainParamGroupsHook',
+    'PreemptionHook', 'RNGStateHook', 'RUNTIME_HOOKS',
+    'ResumableEpochBasedTrainLoop', 'RunStopped', 'SignalTolerantWorkerInit',
+    'TrainingFlag', 'TrainingPreempted', 'UNSAFE_LOAD_ENV',
+    'UnsafeCheckpointError', 'ViTLayerDecayOptimWrapperConstructor', 'atomic_write', 'checkpoint_dirs',
+    'checkpoint_load_error', 'complete_runtime', 'find_resumable_checkpoint',
+    'from_plain', 'is_temporary_name', 'load_from_local_safe',
+    'non_plain_paths', 'plain_param_groups', 'rebuild_history_buffer',
+    'resume_candidates', 'safe_checkpoint_loading', 'to_plain',
+    'use_mmpe_runner'
 ]

@@ -22,8 +22,10 @@ other storage (``out_dir`` on a remote backend, or explicit
 ``backend_args``) it behaves exactly as ``CheckpointHook`` and says once that
 writes there are not atomic.
 
-``tools/train.py`` uses it in place of ``default_hooks.checkpoint`` of type
-``CheckpointHook``; elsewhere::
+:class:`~mmpe.engine.MMPERunner` (the runner of
+``configs/_base_/runtime_mmpe.py``) uses it in place of
+``default_hooks.checkpoint`` of type ``CheckpointHook``; with another
+runner::
 
     default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook', ...))
 """

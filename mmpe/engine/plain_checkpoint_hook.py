@@ -12,7 +12,9 @@ so a resumed run's logged averages and every hook's state are what the
 uninterrupted run had. Values of other types are left as they are and named
 in one warning.
 
-``tools/train.py`` adds this hook to every config; elsewhere::
+``configs/_base_/runtime_mmpe.py`` declares it (and
+:class:`~mmpe.engine.MMPERunner` adds it where a config's own
+``custom_hooks`` left it out); elsewhere::
 
     custom_hooks = [dict(type='PlainCheckpointHook')]
 """

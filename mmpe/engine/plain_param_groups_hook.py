@@ -7,8 +7,9 @@ every ``optimizer.param_groups`` entry is a ``ConfigDict``. MMEngine's
 ``compile`` setting compiles ``model.train_step``, which calls
 ``optimizer.step()``; TorchDynamo (PyTorch 2.13) fails on parameter groups of
 a ``dict`` subclass (``InternalTorchDynamoError: 'UserDefinedDictVariable'
-object has no attribute 'items'``). ``tools/train.py`` adds this hook to
-every config; elsewhere::
+object has no attribute 'items'``). ``configs/_base_/runtime_mmpe.py``
+declares this hook (and :class:`~mmpe.engine.MMPERunner` adds it where a
+config left it out); elsewhere::
 
     custom_hooks = [dict(type='PlainParamGroupsHook')]
 """

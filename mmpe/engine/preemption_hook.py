@@ -15,10 +15,11 @@ process writes a full checkpoint ``iter_{N}.pth`` through
 :meth:`AtomicCheckpointHook.save_resumable
 <mmpe.engine.AtomicCheckpointHook.save_resumable>` (``N`` finished
 iterations; it becomes ``last_checkpoint``), all ranks wait for that write,
-and the hook raises :class:`TrainingPreempted`. ``tools/train.py`` turns it
-into the exit status :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``: "try
-again later"), which ``tools/slurm_train.sh`` answers by requeueing; the next
-``--resume`` continues at iteration ``N + 1``, also in the middle of an epoch
+and the hook raises :class:`TrainingPreempted`, a ``SystemExit`` with the
+status :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``: "try again later")
+under any launcher (see :mod:`mmpe.engine.exit_status`), which
+``tools/slurm_train.sh`` answers by requeueing; the next ``--resume``
+continues at iteration ``N + 1``, also in the middle of an epoch
 (:class:`~mmpe.engine.ResumableEpochBasedTrainLoop`).
 
 Handlers are installed in ``before_train`` (main thread only) and the
@@ -30,7 +31,9 @@ the hook also wraps the ``worker_init_fn`` of the train and val loaders in
 ignore these signals while the main process trains, and stop on them again
 once training ended, was preempted or failed.
 
-``tools/train.py`` adds it to every config; to choose the signals::
+``configs/_base_/runtime_mmpe.py`` declares it (and
+:class:`~mmpe.engine.MMPERunner` adds it to configs without it); to choose
+the signals::
 
     custom_hooks = [dict(type='PreemptionHook', signals=('SIGUSR1', ))]
 """
@@ -47,24 +50,24 @@ from mmengine.logging import print_log
 
 from mmdet.registry import HOOKS
 from .atomic_checkpoint_hook import AtomicCheckpointHook
+from .exit_status import PREEMPTED_EXIT_CODE, RunStopped
 from .preemption_workers import SignalTolerantWorkerInit, TrainingFlag
-
-#: Exit status of ``tools/train.py`` after a preemption checkpoint was saved
-#: (``EX_TEMPFAIL`` of sysexits.h).
-PREEMPTED_EXIT_CODE = 75
 
 #: Signals a scheduler uses to announce preemption or the time limit.
 PREEMPTION_SIGNALS = ('SIGTERM', 'SIGUSR1', 'SIGUSR2', 'SIGINT', 'SIGHUP',
                       'SIGCONT', 'SIGXCPU')
 
 
-class TrainingPreempted(Exception):
-    """Raised after the preemption checkpoint is written.
+class TrainingPreempted(RunStopped):
+    """Raised after the preemption checkpoint is written; ends the process
+    with :data:`PREEMPTED_EXIT_CODE` unless caught.
 
     Attributes:
         checkpoint (str | None): Path of that checkpoint.
         signal_name (str): The signal that asked for it.
     """
+
+    status = PREEMPTED_EXIT_CODE
 
     def __init__(self, checkpoint: Optional[str], signal_name: str):
         super().__init__(f'training stopped on {signal_name}; resume from '
@@ -137,7 +140,8 @@ class PreemptionHook(Hook):
                                   SignalTolerantWorkerInit)):
                 continue
             loader.worker_init_fn = SignalTolerantWorkerInit(
-                self.signals, self._training, loader.worker_init_fn)
+                self.signals, self._training, loader.worker_init_fn,
+                loader.num_workers)
         self._training.set(True)
         atexit.register(self._training.set, False)
 

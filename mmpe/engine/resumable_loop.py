@@ -20,7 +20,7 @@ run's. (Dataloader workers draw their seeds when an epoch's iterator is
 created, so with workers the augmentations of the resumed epoch differ.)
 Every other epoch is ``EpochBasedTrainLoop.run_epoch`` unchanged.
 
-``tools/train.py`` uses it in place of ``train_cfg`` of type
+:class:`~mmpe.engine.MMPERunner` uses it in place of ``train_cfg`` of type
 ``EpochBasedTrainLoop``; elsewhere::
 
     train_cfg = dict(type='ResumableEpochBasedTrainLoop', max_epochs=12)
@@ -82,6 +82,14 @@ def remainder_loader(dataloader: DataLoader, skip: int) -> DataLoader:
 class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     """``EpochBasedTrainLoop`` that continues a resumed epoch where its
     checkpoint was written; same arguments."""
+
+    def use_dataloader(self, dataloader: DataLoader) -> None:
+        """Train on ``dataloader`` from now on, before training starts (e.g.
+        the train set without the images
+        :class:`~mmpe.engine.DatasetCheckHook` left out): the iteration
+        count follows its length."""
+        self.dataloader = dataloader
+        self._max_iters = self._max_epochs * len(dataloader)
 
     def run_epoch(self) -> None:
         done = self._iter - self._epoch * len(self.dataloader)

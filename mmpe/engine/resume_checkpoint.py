@@ -4,8 +4,8 @@ MMEngine's auto-resume reads the ``last_checkpoint`` pointer and loads the
 file it names; a truncated or otherwise unreadable file there (a job killed
 while an earlier MMEngine wrote it, a full disk, a partial copy) stops the
 run with torch's error, although an older checkpoint beside it would do.
-``tools/train.py`` resolves the resume point itself before the Runner is
-built:
+:class:`~mmpe.engine.MMPERunner` resolves the resume point in
+``load_or_resume``, before the Runner loads anything:
 
 * :func:`find_resumable_checkpoint` (``--resume`` without a path) lists the
   file named by ``last_checkpoint``, then every other ``*.pth`` in the
@@ -20,8 +20,6 @@ built:
 * :func:`checkpoint_load_error` (``--resume PATH``) gives the reason an
   explicit checkpoint does not load, so the tool stops naming path and
   reason.
-
-:func:`resolve_resume` applies both to a config for ``tools/train.py``.
 
 A checkpoint that needs full unpickling is not "bad": its
 :class:`~mmpe.engine.UnsafeCheckpointError` is raised, with the way to opt
@@ -182,46 +180,16 @@ def find_resumable_checkpoint(
     return None, notes
 
 
-def resolve_resume(cfg, resume: Optional[str]) -> List[str]:
-    """Settle ``cfg.load_from`` / ``cfg.resume`` for ``tools/train.py
-    --resume [PATH]`` before the Runner is built.
-
-    ``--resume PATH`` (a local file) must load. ``--resume`` alone
-    (``'auto'``) takes :func:`find_resumable_checkpoint` of the work dir and
-    of a local ``default_hooks.checkpoint.out_dir``; with no checkpoint at
-    all the run starts fresh (MMEngine would follow a dangling
-    ``last_checkpoint``).
+def checkpoint_dirs(cfg) -> Tuple[str, ...]:
+    """Local checkpoint directories of ``cfg`` besides its work dir: where
+    ``default_hooks.checkpoint.out_dir`` puts them (``out_dir/<work dir
+    name>``, as ``CheckpointHook`` does); remote ones are left to MMEngine.
 
     Args:
         cfg (Config): The full config (``work_dir`` set).
-        resume (str | None): ``None``, ``'auto'`` or a path.
-
-    Returns:
-        list[str]: Warnings to show (skipped files, where they were kept)
-        and, last, which checkpoint the run continues from.
-
-    Raises:
-        ValueError: If the checkpoint does not load, or none does.
     """
-    if resume is None:
-        return []
-    if resume != 'auto':
-        if '://' not in resume:  # remote files: MMEngine's loaders check
-            reason = checkpoint_load_error(resume)
-            if reason is not None:
-                raise ValueError(f'cannot resume from {resume}: {reason}')
-        return []
     hook = (cfg.get('default_hooks') or {}).get('checkpoint') or {}
     out_dir = hook.get('out_dir') if isinstance(hook, dict) else None
-    extra = ()
-    if out_dir and '://' not in str(out_dir):
-        extra = (osp.join(out_dir, osp.basename(cfg.work_dir.rstrip('/'))), )
-    try:
-        path, notes = find_resumable_checkpoint(cfg.work_dir, extra)
-    except RuntimeError as err:
-        raise ValueError(f'cannot resume: {err}') from err
-    cfg.load_from = path
-    cfg.resume = path is not None
-    if path is not None:
-        notes.append(f'continuing from {path}')
-    return notes
+    if not out_dir or '://' in str(out_dir):
+        return ()
+    return (osp.join(out_dir, osp.basename(cfg.work_dir.rstrip('/'))), )

@@ -24,8 +24,9 @@ Anything else (a pickle that would run code) is refused with
 :class:`UnsafeCheckpointError`, unless the user opts in with
 :data:`UNSAFE_LOAD_ENV` ``=1`` (``--allow-unsafe-checkpoint``).
 
-Nothing is installed at import: ``tools/train.py`` and ``tools/test.py`` run
-the Runner inside :func:`safe_checkpoint_loading`, which routes MMEngine's
+Nothing is installed at import: :class:`~mmpe.engine.MMPERunner` runs
+``train`` / ``val`` / ``test``, and ``tools/train.py`` and ``tools/test.py``
+run the Runner, inside :func:`safe_checkpoint_loading`, which routes MMEngine's
 local-file checkpoint loader to :func:`load_from_local_safe` and restores
 MMEngine's own loader on exit::
 

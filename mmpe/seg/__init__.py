@@ -3,9 +3,12 @@
 Imported by ``import mmpe`` when mmseg is installed (``mmpe/__init__.py``);
 without mmseg, ``import mmpe`` works as before and only mmseg configs are
 unavailable. :func:`register_in_mmseg` puts mmpe's backbone and neck (and the
-engine hooks and optimizer wrapper that ``tools/train.py`` adds or offers)
-into mmseg's registries as well, so configs with ``default_scope='mmseg'``
-write ``type='CPVT'`` with ``custom_imports=dict(imports=['mmpe'])``. The
+runtime pieces of ``configs/_base_/runtime_mmpe.py``: the loop and the
+hooks, and the optimizer wrapper ``--amp`` offers; ``MMPERunner`` is in
+MMEngine's root registry, which every scope sees) into mmseg's
+registries as well, so configs with ``default_scope='mmseg'`` write
+``type='CPVT'`` or ``type='PreemptionHook'`` with
+``custom_imports=dict(imports=['mmpe'])``. The
 same classes stay in mmdet's registries: detection configs see no change.
 The modules of this package register into mmseg's registries themselves:
 
@@ -13,22 +16,27 @@ The modules of this package register into mmseg's registries themselves:
   backbone gets each batch's padding mask;
 - :class:`SyntheticSegDataset` (``synthetic_seg_dataset.py``): the embedded
   set's label maps;
-- :class:`SegLabelCheckHook` (``label_check.py``): label values and sizes
-  checked before the first training step.
+- :class:`SegLabelCheckHook` (``label_check.py``): the data set check
+  (:class:`~mmpe.engine.DatasetCheckHook`) under its earlier name.
 """
-from mmseg.registry import HOOKS, MODELS, OPTIM_WRAPPERS
+from mmseg.registry import HOOKS, LOOPS, MODELS, OPTIM_WRAPPERS
 
-from ..engine import AutocastOptimWrapper, PlainCheckpointHook, RNGStateHook
+from ..engine import (AtomicCheckpointHook, AutocastOptimWrapper,
+                      DatasetCheckHook, PlainCheckpointHook,
+                      PlainParamGroupsHook, PreemptionHook,
+                      ResumableEpochBasedTrainLoop, RNGStateHook)
 from ..models.backbones import CPVT
 from ..models.necks import ViTSimpleFPN
-from .label_check import (SegLabelCheckHook, SegLabelError,
-                          check_seg_labels, label_problems)
+from .label_check import SegLabelCheckHook, label_problems
 from .padding_aware_seg import PaddingAwareEncoderDecoder
 from .synthetic_seg_dataset import SyntheticSegDataset
 
 #: (mmseg registry, mmpe classes registered there under their own names)
 SHARED = ((MODELS, (CPVT, ViTSimpleFPN)),
-          (HOOKS, (PlainCheckpointHook, RNGStateHook)),
+          (HOOKS, (AtomicCheckpointHook, DatasetCheckHook,
+                   PlainCheckpointHook, PlainParamGroupsHook, PreemptionHook,
+                   RNGStateHook)),
+          (LOOPS, (ResumableEpochBasedTrainLoop, )),
           (OPTIM_WRAPPERS, (AutocastOptimWrapper, )))
 
 
@@ -57,7 +65,6 @@ def register_in_mmseg() -> None:
 register_in_mmseg()
 
 __all__ = [
-    'PaddingAwareEncoderDecoder', 'SegLabelCheckHook', 'SegLabelError',
-    'SyntheticSegDataset', 'check_seg_labels', 'label_problems',
-    'register_in_mmseg'
+    'PaddingAwareEncoderDecoder', 'SegLabelCheckHook', 'SyntheticSegDataset',
+    'label_problems', 'register_in_mmseg'
 ]

@@ -143,7 +143,8 @@ def test_ade20k_configs_follow_the_published_protocols(name):
         assert cfg.model.decode_head.type == 'UPerHead'
         assert cfg.param_scheduler[0].end == 1500
     assert cfg.param_scheduler[-1].end == iters
-    assert any(h.type == 'SegLabelCheckHook' for h in cfg.custom_hooks)
+    # label maps checked before the first step (the runtime base's hook)
+    assert any(h.type == 'DatasetCheckHook' for h in cfg.custom_hooks)
     checkpoint = cfg.model.backbone.init_cfg.checkpoint
     assert checkpoint.startswith('checkpoints/')
     assert checkpoint in open(osp.join(REPO, name)).read()  # in the header

@@ -192,7 +192,19 @@ def test_preemption_hook_records_and_restores_handlers():
 def _worker(init, ready):
     init(0)
     ready.set()
-    time.sleep(60)
+    time.sleep(600)  # killed by the test long before
+
+
+#: Hang guard only: how long a test waits for an event that, when the code
+#: works, comes as soon as the OS schedules the process.
+HANG_GUARD_S = 300
+
+
+def _wait_until(predicate, what):
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not predicate():
+        assert time.monotonic() < deadline, f'hung: {what}'
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize('context', ['fork', 'spawn'])
@@ -214,19 +226,25 @@ def test_workers_ignore_signals_only_while_training(context):
     assert calls == [7]
     flag.set(True)
     ready = ctx.Event()
-    proc = ctx.Process(target=_worker, args=(
-        SignalTolerantWorkerInit(('SIGTERM', 'SIGUSR1'), flag), ready))
+    worker_init = SignalTolerantWorkerInit(('SIGTERM', 'SIGUSR1'), flag)
+    proc = ctx.Process(target=_worker, args=(worker_init, ready))
     proc.start()
     try:
-        assert ready.wait(60)
+        assert ready.wait(HANG_GUARD_S)
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             os.kill(proc.pid, sig)
-        proc.join(1.0)
+        # the worker records each signal it ignored in shared memory: wait
+        # for both records, however late the worker is scheduled
+        _wait_until(
+            lambda: (worker_init.ignored(0, 'SIGTERM') == 1
+                     and worker_init.ignored(0, 'SIGUSR1') == 1)
+            or not proc.is_alive(), 'the worker never took the signals')
         assert proc.is_alive()  # ignored: the main process still trains
         flag.set(False)  # shared memory: the worker sees it
         proc.terminate()  # what multiprocessing does at exit
-        proc.join(30)
+        proc.join(HANG_GUARD_S)
         assert proc.exitcode == -signal.SIGTERM
+        assert worker_init.ignored(0, 'SIGTERM') == 1  # not counted then
     finally:
         if proc.is_alive():
             proc.kill()
@@ -245,6 +263,7 @@ def test_hook_protects_loaders_with_workers_only():
         init = with_workers.worker_init_fn
         assert isinstance(init, SignalTolerantWorkerInit)
         assert init.worker_init_fn is print and init.signals == ('SIGUSR2', )
+        assert init.num_workers == 2  # a row of counters per worker
         assert init.flag.is_set() and without.worker_init_fn is None
         hook.before_train(runner)  # not wrapped twice
         assert with_workers.worker_init_fn.worker_init_fn is print

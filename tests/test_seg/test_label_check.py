@@ -1,6 +1,7 @@
 """Bad label maps stop a run before its first step, naming the file and the
 value: values beyond the classes (other than the ignore index), an image /
-label size mismatch, a missing label file."""
+label size mismatch, a missing label file. ``SegLabelCheckHook`` is the data
+set check (``DatasetCheckHook``) under its earlier name."""
 import copy
 import os
 import os.path as osp
@@ -15,7 +16,8 @@ from mmengine.runner import Runner
 from PIL import Image
 
 from mmpe.datasets import generate_synthetic_seg
-from mmpe.seg import SegLabelCheckHook, SegLabelError, label_problems
+from mmpe.engine import DatasetCheckFailed, DatasetCheckHook
+from mmpe.seg import SegLabelCheckHook, label_problems
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = 'configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py'
@@ -75,8 +77,12 @@ def test_missing_label_file_is_named(tmp_path):
 
 
 def test_hook_refuses_unknown_splits():
-    with pytest.raises(ValueError, match=r"'test'.*\('train', 'val'\)"):
-        SegLabelCheckHook(splits=('train', 'test'))
+    with pytest.raises(ValueError,
+                       match=r"'testing'.*\('train', 'val', 'test'\)"):
+        SegLabelCheckHook(splits=('train', 'testing'))
+    hook = SegLabelCheckHook(ignore_index=254)
+    assert isinstance(hook, DatasetCheckHook)  # one mechanism
+    assert hook.splits == ('train', 'val') and hook.ignore_index == 254
 
 
 class CountSteps(Hook):
@@ -127,13 +133,16 @@ def test_runner_stops_before_the_first_step(tiny_set, tmp_path, fault):
     cfg.train_cfg.max_iters = 2
     cfg.work_dir = str(tmp_path / 'work')
     cfg.default_hooks.pop('visualization')
+    # the config's own list, with the hook under its earlier name
+    cfg.custom_hooks = [dict(type='SegLabelCheckHook', cache_dir=None)]
     counter = CountSteps()
     with DefaultScope.overwrite_default_scope('mmseg'):
         runner = Runner.from_cfg(copy.deepcopy(cfg))
         runner.register_hook(counter)
-        with pytest.raises(SegLabelError) as err:
+        with pytest.raises(DatasetCheckFailed) as err:
             runner.train()
+    assert err.value.code == 2  # the exit status, under any launcher
     msg = str(err.value)
-    assert 'train data set: 1 problem(s)' in msg
+    assert 'train set' in msg and '1 problem(s)' in msg
     assert all(w in msg for w in want), msg
     assert counter.steps == 0

@@ -32,20 +32,30 @@ TOL = dict(atol=2e-5, rtol=1e-5)
 SHAPES = [(256, 320), (320, 192)]
 POS_ENCODINGS = ['peg', 'sine', 'rope-mixed', 'irpe', ['peg', 'irpe'],
                  'none']
-#: (pos_encoding, window_size): every encoding global, and ViTDet's layout
-#: (6 x 6 windows in block 0, block 1 global; grids 16 x 20 and 20 x 12 in
-#: a 20 x 20 batch, none of them whole windows)
-CASES = [(pe, 0) for pe in POS_ENCODINGS] + [
-    (pe, 6) for pe in ('peg', 'rope-mixed', 'irpe')]
+#: RoPE on DINOv3's normalised coordinates: each image's positions from its
+#: valid extent in the mask
+NORMALIZED = dict(coords='normalized', normalize='separate')
+#: (pos_encoding, window_size, rope_cfg): every encoding global, and ViTDet's
+#: layout (6 x 6 windows in block 0, block 1 global; grids 16 x 20 and
+#: 20 x 12 in a 20 x 20 batch, none of them whole windows)
+CASES = [(pe, 0, None) for pe in POS_ENCODINGS] + [
+    (pe, 6, None) for pe in ('peg', 'rope-mixed', 'irpe')] + [
+        ('rope-mixed', 0, NORMALIZED), ('rope2d', 6, NORMALIZED)]
+CASE_IDS = [
+    f'{pe}-{ws}' + ('-normalized' if rope_cfg else '')
+    for pe, ws, rope_cfg in CASES
+]
 
 
 def _model_cfg(pos_encoding='peg', type_='PaddingAwareEncoderDecoder',
-               window_size=0):
+               window_size=0, rope_cfg=None):
     cfg = Config.fromfile(osp.join(REPO, CONFIG))
     model = copy.deepcopy(cfg.model)
     model.type = type_
     model.backbone.arch = SMALL
     model.backbone.pos_encoding = pos_encoding
+    if rope_cfg:
+        model.backbone.rope_cfg = rope_cfg
     if window_size:
         model.backbone.window_size = window_size
         model.backbone.global_blocks = (SMALL['depth'] - 1, )
@@ -102,11 +112,15 @@ def _logits(model, data, calls, pad=True):
     return batch, logits
 
 
-@pytest.mark.parametrize('pos_encoding,window_size', CASES, ids=str)
-def test_padded_batch_equals_each_image_alone(pos_encoding, window_size):
-    model = _build(_model_cfg(pos_encoding, window_size=window_size))
+@pytest.mark.parametrize('pos_encoding,window_size,rope_cfg', CASES,
+                         ids=CASE_IDS)
+def test_padded_batch_equals_each_image_alone(pos_encoding, window_size,
+                                              rope_cfg):
+    model = _build(_model_cfg(pos_encoding, window_size=window_size,
+                              rope_cfg=rope_cfg))
     plain = _build(
-        _model_cfg(pos_encoding, 'EncoderDecoder', window_size=window_size))
+        _model_cfg(pos_encoding, 'EncoderDecoder', window_size=window_size,
+                   rope_cfg=rope_cfg))
     assert model.backbone.blocks[0].window_size == window_size
     plain.load_state_dict(model.state_dict(), strict=True)
     calls = _record_backbone(model)

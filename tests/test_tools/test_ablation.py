@@ -181,16 +181,19 @@ def test_parallel_jobs_keep_every_run_and_report_failures(
     """--jobs 2: runs overlap, each gets cores // jobs threads; a failing run
     does not stop the others, is left out of the JSON and makes exit 1."""
     import threading
-    import time
     lock = threading.Lock()
     state = dict(running=0, peak=0, threads=set())
+    # each run waits until a second one runs beside it (no sleep: on a busy
+    # machine a fixed delay can pass before the other thread starts); the
+    # timeout is only a hang guard, e.g. if runs did not overlap at all
+    both_running = threading.Barrier(2, timeout=300)
 
     def fake_run_one(study, name, config, options, seed, args):
         with lock:
             state['running'] += 1
             state['peak'] = max(state['peak'], state['running'])
             state['threads'].add(args.threads)
-        time.sleep(0.2)
+        both_running.wait()
         with lock:
             state['running'] -= 1
         if name.startswith('#4') and seed == 1:
@@ -268,6 +271,8 @@ def test_rope_coords_runs_are_tested_resized_and_on_the_canvas(
         return 1.0
 
     monkeypatch.setattr(ablation, '_run', fake_run)
+    monkeypatch.setattr(ablation, '_run_measured',
+                        lambda *a, **k: (fake_run(*a, **k), 0.0))
     args = ablation.parse_args(['--work-dir', str(tmp_path)])
     args.epochs, args.threads = 8, 1
     name, config, options = ablation.STUDIES['rope_coords_detr'][3]

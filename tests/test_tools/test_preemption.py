@@ -33,6 +33,10 @@ pytestmark = pytest.mark.slow
 
 PREEMPTED = 75
 
+#: Hang guard only (never the thing asserted): how long the test waits for
+#: an event of the run it started.
+HANG_GUARD_S = 600
+
 # Hooks of the tests' own configs (imported through custom_imports).
 TEST_HOOKS = r'''
 import os
@@ -55,23 +59,38 @@ class BigPayloadHook(Hook):
                                                 dtype=torch.uint8)
 
 
+def wait_until(predicate, what, hang_guard_s=600):
+    deadline = time.monotonic() + hang_guard_s
+    while not predicate():
+        assert time.monotonic() < deadline, 'hung: ' + what
+        time.sleep(0.02)
+
+
 @HOOKS.register_module()
 class PauseAtIterHook(Hook):
     """After iteration `at` write `reached`, then wait for `go` (the test
-    sends its signal in between)."""
+    sends its signal in between) and, with `worker_signal`, until every
+    train dataloader worker has recorded that it ignored that signal."""
 
-    def __init__(self, at, flag_dir):
+    def __init__(self, at, flag_dir, worker_signal=None):
         self.at, self.flag_dir = at, flag_dir
+        self.worker_signal = worker_signal
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None):
         if runner.iter + 1 != self.at:
             return
         open(os.path.join(self.flag_dir, 'reached'), 'w').close()
-        deadline = time.time() + 120
-        while not os.path.exists(os.path.join(self.flag_dir, 'go')):
-            assert time.time() < deadline, 'the test sent no signal'
-            time.sleep(0.02)
+        wait_until(
+            lambda: os.path.exists(os.path.join(self.flag_dir, 'go')),
+            'the test sent no signal')
+        if self.worker_signal:
+            init = runner.train_loop.dataloader.worker_init_fn
+            wait_until(
+                lambda: all(
+                    init.ignored(w, self.worker_signal)
+                    for w in range(init.num_workers)),
+                'a worker never took ' + self.worker_signal)
 
 
 @HOOKS.register_module()
@@ -155,16 +174,16 @@ def test_sigkill_while_writing_a_checkpoint(tiny_data, tmp_path):
     first = osp.join(work_dir, 'epoch_1.pth')
     frozen = None
     try:
-        deadline = time.time() + 600
+        deadline = time.monotonic() + HANG_GUARD_S
         # wait for epoch_1.pth, complete and named by last_checkpoint
-        while time.time() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and proc.poll() is None:
             if osp.isfile(osp.join(work_dir, 'last_checkpoint')) and \
                     _pointer(work_dir) == first:
                 break
             time.sleep(0.05)
         full_size = os.stat(first).st_size
         # then freeze the process while the next checkpoint is half written
-        while time.time() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and proc.poll() is None:
             with os.scandir(work_dir) as it:
                 for entry in it:
                     if entry.name == 'epoch_1.pth' or not entry.is_file():
@@ -197,7 +216,7 @@ def test_sigkill_while_writing_a_checkpoint(tiny_data, tmp_path):
 
     resumed = _run(
         _train_cmd(config, work_dir, tiny_data, 2, resume='auto'), env)
-    assert f'continuing from {first}' in resumed.stderr
+    assert f'continuing from {first}' in resumed.stdout
     assert _checkpoint_names(work_dir) == ['epoch_1.pth', 'epoch_2.pth']
     ck = _loads(osp.join(work_dir, 'epoch_2.pth'))
     assert ck['meta']['epoch'] == 2 and ck['meta']['iter'] == 4
@@ -218,14 +237,15 @@ def test_truncated_latest_checkpoint_is_skipped(tiny_data, tmp_path):
         f.write(bad)
 
     proc = _run(_train_cmd(CONFIG, work_dir, tiny_data, 3, resume='auto'), env)
-    warning = [ln for ln in proc.stderr.splitlines() if 'skipped' in ln]
-    assert len(warning) == 1, proc.stderr[-3000:]
+    # MMPERunner chose the checkpoint and said so in the log
+    warning = [ln for ln in proc.stdout.splitlines() if 'skipped' in ln]
+    assert len(warning) == 1, proc.stdout[-3000:]
     assert latest in warning[0]
     assert 'central directory' in warning[0]  # torch's reason, passed on
     kept = latest + '.unloadable'
     assert f'kept as {kept}' in warning[0]
     assert f'continuing from {osp.join(work_dir, "epoch_1.pth")}' \
-        in proc.stderr
+        in proc.stdout
     with open(kept, 'rb') as f:
         assert f.read() == bad  # never deleted nor overwritten
     # resumed at the end of epoch 1 and trained epochs 2 and 3 again
@@ -240,20 +260,24 @@ def test_truncated_latest_checkpoint_is_skipped(tiny_data, tmp_path):
     # an explicit bad path stops before training, naming path and reason
     proc = _run(
         _train_cmd(CONFIG, work_dir, tiny_data, 4, resume=kept), env, 2)
-    assert f'cannot resume from {kept}' in proc.stderr
-    assert 'central directory' in proc.stderr
-    assert 'Traceback' not in proc.stderr
+    assert f'cannot resume from {kept}' in proc.stdout
+    assert 'central directory' in proc.stdout
+    assert 'Traceback' not in proc.stdout + proc.stderr
     assert _checkpoint_names(work_dir)[-1] == 'epoch_3.pth'
 
 
-def _start_paused_at_2(tiny_data, tmp_path, env, extra, new_session=False):
+def _start_paused_at_2(tiny_data, tmp_path, env, extra, new_session=False,
+                       worker_signal=None):
     """Start a 2-epoch run that pauses after iteration 2 (``PauseAtIterHook``)
-    and wait until it is there; the caller signals, then touches ``go``."""
+    and wait until it is there; the caller signals, then touches ``go``.
+    With ``worker_signal`` the run goes on only once every train dataloader
+    worker has recorded that it ignored that signal."""
     flags = tmp_path / 'flags'
     flags.mkdir()
     config = _write_config(
         tmp_path, 'pause.py',
-        f"dict(type='PauseAtIterHook', at=2, flag_dir={str(flags)!r})")
+        f"dict(type='PauseAtIterHook', at=2, flag_dir={str(flags)!r}, "
+        f'worker_signal={worker_signal!r})')
     part = str(tmp_path / 'part')
     proc = subprocess.Popen(
         _train_cmd(config, part, tiny_data, 2, extra=extra),
@@ -263,9 +287,9 @@ def _start_paused_at_2(tiny_data, tmp_path, env, extra, new_session=False):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=new_session)
-    deadline = time.time() + 600
+    deadline = time.monotonic() + HANG_GUARD_S
     while not (flags / 'reached').exists():
-        if proc.poll() is not None or time.time() > deadline:
+        if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(proc.communicate()[1][-3000:])
         time.sleep(0.05)
@@ -317,10 +341,11 @@ WORKERS = ('train_dataloader.batch_size=2', 'train_dataloader.num_workers=2',
            'train_dataloader.persistent_workers=True')
 
 
-def _group_gone(pgid, seconds=30):
-    """Whether every process of the group has exited within `seconds`."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
+def _group_gone(pgid, seconds=HANG_GUARD_S):
+    """Whether every process of the group has exited within `seconds` (a
+    hang guard: workers stop at once, or at torch's 5 s watchdog check)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -332,14 +357,15 @@ def _group_gone(pgid, seconds=30):
 def test_sigterm_to_every_process_with_workers(tiny_data, tmp_path):
     env = _env(tmp_path)
     # its own process group (start_new_session), workers included
-    config, part, flags, proc = _start_paused_at_2(tiny_data, tmp_path, env,
-                                                   WORKERS, new_session=True)
+    config, part, flags, proc = _start_paused_at_2(
+        tiny_data, tmp_path, env, WORKERS, new_session=True,
+        worker_signal='SIGTERM')
     try:
         workers = subprocess.run(['pgrep', '-g', str(proc.pid)],
                                  capture_output=True, text=True).stdout
         assert len(workers.split()) >= 3  # the main process and 2 workers
         os.killpg(proc.pid, signal.SIGTERM)  # as Slurm: every process
-        time.sleep(1.0)  # let the workers take it before training goes on
+        # the run goes on once both workers recorded the signal (the hook)
         (flags / 'go').touch()
         out, err = proc.communicate(timeout=600)
     finally:

@@ -51,7 +51,7 @@ def slurm(tmp_path):
                               env=full_env,
                               capture_output=True,
                               text=True,
-                              timeout=60)
+                              timeout=300)  # hang guard
         recorded = []
         if calls.exists():
             for block in calls.read_text().split('----\n'):

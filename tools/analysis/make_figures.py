@@ -41,6 +41,11 @@ Data files and their keys:
 ``attention_grids.json``
     ``grids``, ``tokens``, ``rows``: ``name``, ``x`` (time over mmcv's
     attention of the same run) and ``peak_mb``, one value per grid.
+``attention_long.json``
+    the JSON of ``tools/benchmark/attention.py --long`` (``groups``: one
+    per ``length`` and ``cfg``, each with ``rows``: ``variant``, ``mode``,
+    ``x`` (time over the fused no-RPE row of the same mode and run) and
+    ``peak_mb``), groups of several runs merged, plus ``sources``.
 ``demo_scalars.json``
     ``source`` and ``records``: the JSON lines of MMEngine's
     ``scalars.json`` (training losses by ``step``, validation metrics by
@@ -199,6 +204,52 @@ def fig_attention_vs_length(data_dir: str, out: str) -> Optional[str]:
     right.set_yscale('log')
     right.set_ylabel('peak MB, fwd+bwd')
     right.set_title('peak memory of one fwd+bwd', fontsize=10)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def fig_attention_long(data_dir: str, out: str) -> Optional[str]:
+    """Time over the fused no-RPE path and peak memory of one layer's
+    fwd+bwd against L, per head configuration (rows) and variant (lines;
+    compiled dashed)."""
+    data = load_data(data_dir, 'attention_long')
+    if data is None:
+        return None
+    cfgs = list(dict.fromkeys(g['cfg'] for g in data['groups']))
+    fig, axes = plt.subplots(len(cfgs), 2, figsize=(10, 3.6 * len(cfgs)),
+                             squeeze=False)
+    for (left, right), cfg in zip(axes, cfgs):
+        groups = sorted((g for g in data['groups'] if g['cfg'] == cfg),
+                        key=lambda g: g['length'])
+        lines: Dict[Tuple[str, str], List[Tuple[int, dict]]] = {}
+        for g in groups:
+            for r in g['rows']:
+                lines.setdefault((r['variant'], r['mode']), []).append(
+                    (g['length'], r))
+        colours: Dict[str, str] = {}
+        for (variant, mode), points in lines.items():
+            colour = colours.setdefault(variant, f'C{len(colours)}')
+            style = dict(color=colour, marker='o',
+                         linestyle='-' if mode == 'eager' else '--',
+                         label=f'{variant} {mode}')
+            length = [n for n, _ in points]
+            left.plot(length, [r['x'] for _, r in points], **style)
+            right.plot(length, [r['peak_mb'] for _, r in points], **style)
+        tokens = [g['length'] for g in groups]
+        for ax in (left, right):
+            ax.set_xscale('log')
+            ax.set_xticks(tokens)
+            ax.set_xticklabels([str(t) for t in tokens], fontsize=8)
+            ax.minorticks_off()
+            ax.set_xlabel('tokens L')
+            ax.grid(alpha=0.3)
+        left.set_ylabel('fwd+bwd time / fused no-RPE')
+        left.set_title(f'{cfg}: time, relative to the fused path of the '
+                       'same mode', fontsize=10)
+        right.set_yscale('log')
+        right.set_ylabel('peak MB (tensors), fwd+bwd')
+        right.set_title(f'{cfg}: peak memory of one fwd+bwd', fontsize=10)
+        right.legend(fontsize=6, loc='upper left')
     fig.tight_layout()
     return _save(fig, out)
 
@@ -394,6 +445,7 @@ FIGURES: Dict[str, Callable] = {
     'encoder_pe_scales': fig_encoder_pe_scales,
     'seg_scales': fig_seg_scales,
     'attention_vs_length': fig_attention_vs_length,
+    'attention_long': fig_attention_long,
     'irpe_buckets': fig_irpe_buckets,
     'embedded_dataset': fig_embedded_dataset,
     'demo_loss': fig_demo_loss,

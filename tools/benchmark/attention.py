@@ -134,7 +134,9 @@ class Eq27Attention(iRPEMultiheadAttention):
     def attention(self, query: Tensor, key: Tensor, value: Tensor,
                   attn_mask: Optional[Tensor],
                   key_padding_mask: Optional[Tensor],
-                  spatial_shape: Tuple[int, int]) -> Tensor:
+                  spatial_shape: Tuple[int, int],
+                  rope_pos: Optional[Tensor] = None) -> Tensor:
+        # no RoPE in this reference: rope_pos is accepted and unused
         w_q, w_k, w_v = self.attn.in_proj_weight.chunk(3)
         b_q, b_k, b_v = self.attn.in_proj_bias.chunk(3)
         q = self.split_heads(F.linear(query, w_q, b_q))

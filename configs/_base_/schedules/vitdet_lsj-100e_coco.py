@@ -10,7 +10,9 @@
 # warm-up from 0.001, lr x 0.1 at epochs 88 and 96 (22 and 24 of the 25
 # repeated epochs). ViTDet trains with mixed precision: add --amp to
 # tools/train.py on GPUs.
-_base_ = 'mmdet::common/lsj-100e_coco-instance.py'
+# mmpe's runtime (MMPERunner, the data set check, ...) comes with the schedule,
+# so every ViTDet config gets it.
+_base_ = ['mmdet::common/lsj-100e_coco-instance.py', '../runtime_mmpe.py']
 
 image_size = (1024, 1024)
 test_pipeline = [

@@ -29,6 +29,7 @@ from torch import Tensor
 from ..layers.peg import PEG
 from ..layers.pos_embed_2d import SinCosPosEmbed2D, resample_pos_embed
 from ..layers.rope2d import RoPE2D
+from ..layers.rope_coords import RoPECoords
 from ..layers.rope_mixed import RoPEMixed
 from ..layers.tracing import is_tracing
 from ..layers.vit_block import ViTBlock
@@ -36,7 +37,8 @@ from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
                        parse_arch, parse_img_size, parse_out_indices,
                        parse_peg_positions, parse_pos_encoding,
-                       parse_rel_pos_cfg, parse_rpe_cfg, parse_window_layout)
+                       parse_rel_pos_cfg, parse_rope_cfg, parse_rpe_cfg,
+                       parse_window_layout)
 
 
 @MODELS.register_module()
@@ -58,6 +60,9 @@ class CPVT(BaseModule):
     - ``'rope-mixed'``: RoPE-Mixed (Heo et al., ECCV 2024), learnable
       per-head frequencies mixing x and y, one set per block (as timm's
       ``vit_*_rope_mixed_*``; weights via ``timm_vit_to_cpvt``).
+      Both rotary encodings rotate by integer token positions, or, with
+      ``rope_cfg=dict(coords='normalized')``, by DINOv3's patch centres
+      normalised to each image's valid extent (Siméoni et al. 2025).
     - ``'irpe'``: iRPE (Wu et al., ICCV 2021) in every block's attention,
       configured by ``rpe_cfg``.
     - ``'rel-pos'``: ViTDet's decomposed relative position (MViTv2, Li et
@@ -136,7 +141,21 @@ class CPVT(BaseModule):
         sine_temperature (float): Temperature of ``'sine'``.
             Defaults to 10000.
         rope_theta (float, optional): Frequency base of ``'rope2d'`` /
-            ``'rope-mixed'``. Defaults to None: 100 / 10 (Heo et al.).
+            ``'rope-mixed'`` (the same as ``rope_cfg.theta``; giving both
+            with different values is a ValueError). Defaults to None:
+            100 / 10 (Heo et al.).
+        rope_cfg (dict, optional): For ``'rope2d'`` / ``'rope-mixed'``: the
+            keys of ``encoder_pe.relative`` of that type
+            (:data:`~mmpe.models.layers.rope_coords.ROPE_ARGS`): ``theta``,
+            ``rotate`` (RoPE-Mixed), and the token coordinates
+            (:mod:`mmpe.models.layers.rope_coords`) ``coords``
+            (``'index'``, integer token positions, the default; or
+            ``'normalized'``, DINOv3's patch centres in ``[-1, 1]`` of each
+            image's valid extent, read from the token padding mask; without
+            a mask the padded grid is the image), ``normalize``
+            (``'separate'``, ``'max'`` or ``'min'``) and the training-only
+            augmentations ``shift``, ``jitter``, ``rescale`` (one draw per
+            forward for all blocks). Defaults to None (integer indices).
         rpe_cfg (dict, optional): For ``'irpe'``: arguments of
             ``mmpe.models.layers.iRPE`` other than ``head_dim``,
             ``num_heads``, ``on`` and ``skip`` (set from
@@ -199,6 +218,7 @@ class CPVT(BaseModule):
                  final_norm: bool = True,
                  sine_temperature: float = 10000.,
                  rope_theta: Optional[float] = None,
+                 rope_cfg: Optional[dict] = None,
                  rpe_cfg: Optional[dict] = None,
                  rel_pos_cfg: Optional[dict] = None,
                  window_size: int = 0,
@@ -236,6 +256,8 @@ class CPVT(BaseModule):
             drop_path_rate=drop_path_rate)
         window_size, global_blocks = parse_window_layout(
             window_size, global_blocks, depth, use_cls_token)
+        rope_args, coord_cfg = parse_rope_cfg(rope_cfg, rope_theta,
+                                              encodings)
 
         self.embed_dims = embed_dims
         self.depth = depth
@@ -267,12 +289,15 @@ class CPVT(BaseModule):
         if 'sine' in encodings:
             self.sincos = SinCosPosEmbed2D(embed_dims, sine_temperature)
         if 'rope2d' in encodings:
-            self.rope = RoPE2D(embed_dims // num_heads,
-                               100. if rope_theta is None else rope_theta)
+            self.rope = RoPE2D(embed_dims // num_heads, **rope_args)
         self.ropes = nn.ModuleList(
-            RoPEMixed(embed_dims // num_heads, num_heads,
-                      10. if rope_theta is None else rope_theta)
+            RoPEMixed(embed_dims // num_heads, num_heads, **rope_args)
             for _ in range(depth if 'rope-mixed' in encodings else 0))
+        # the RoPE token positions of a batch, made once for all blocks
+        # (None: integer indices, the rotary modules' own tables)
+        self.rope_coords = None
+        if coord_cfg is not None:
+            self.rope_coords = RoPECoords(**coord_cfg, prefix='rope_cfg.')
         self.drop_after_pos = nn.Dropout(drop_rate)
 
         block_rpe_cfg, rpe_on = parse_rpe_cfg(rpe_cfg, encodings,
@@ -452,15 +477,25 @@ class CPVT(BaseModule):
         if token_mask is not None:
             x = x.masked_fill(key_mask[..., None], 0.)
         x = self.drop_after_pos(x)
+        # (B | 1, h*w, 2): positions of each image's valid extent (one
+        # augmentation draw for all blocks); None: integer indices
+        rope_pos = None
+        if self.rope_coords is not None:
+            rope_pos = self.rope_coords(
+                hw_shape,
+                None if token_mask is None else token_mask.flatten(1),
+                x.device, torch.float64
+                if x.dtype == torch.float64 else torch.float32)
         rope = None
         if self.rope is not None:
-            rope = self.rope(hw_shape, x.device, x.dtype)
+            rope = self.rope(hw_shape, x.device, x.dtype, pos=rope_pos)
 
         pegs = dict(zip(self.peg_positions, self.pegs))
         tokens = []
         for i, block in enumerate(self.blocks):
             if self.ropes:
-                rope = self.ropes[i](hw_shape, x.device, x.dtype)
+                rope = self.ropes[i](hw_shape, x.device, x.dtype,
+                                     pos=rope_pos)
             x = block(x, hw_shape, rope, key_mask)
             if i in pegs:
                 x = pegs[i](x, hw_shape, token_mask, self.num_skip)

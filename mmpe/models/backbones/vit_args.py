@@ -6,6 +6,7 @@ a ``ValueError`` naming the field, the value and the valid choices.
 from typing import Optional, Sequence, Tuple, Union
 
 from ..layers.arg_checks import RPE_ON_CHOICES
+from ..layers.rope_coords import COORD_DEFAULTS, ROPE_ARGS
 
 #: Every position encoding of the backbone, by the place it acts.
 ABSOLUTE_ENCODINGS = ('learnable', 'sine')
@@ -104,6 +105,55 @@ def parse_rel_pos_cfg(rel_pos_cfg: Optional[dict], encodings: Tuple[str, ...],
                          "choose from ('input_size', 'init')")
     cfg.setdefault('input_size', tuple(pretrain_grid))
     return cfg
+
+
+def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
+                   encodings: Tuple[str, ...]) -> Tuple[dict, Optional[dict]]:
+    """The rotary module's arguments and the token-coordinate arguments.
+
+    ``rope_cfg`` takes the keys of ``encoder_pe.relative`` of the rotary
+    type in ``encodings`` (:data:`~mmpe.models.layers.rope_coords.ROPE_ARGS`:
+    ``theta``, ``rotate`` for RoPE-Mixed, and the coordinates ``coords``,
+    ``normalize``, ``shift``, ``jitter``, ``rescale``); ``rope_theta`` is
+    the older spelling of ``rope_cfg.theta`` (both may be given only with
+    the same value). The coordinate values are checked where they are used
+    (:class:`~mmpe.models.layers.rope_coords.RoPECoords`).
+
+    Returns:
+        tuple[dict, dict | None]: The keyword arguments of ``RoPE2D`` /
+        ``RoPEMixed`` besides the head sizes (``theta`` only when given),
+        and the coordinate arguments (defaults filled in); ``({}, None)``
+        without a rotary encoding.
+    """
+    kinds = [name for name in encodings if name in ROPE_ARGS]
+    if not kinds:
+        if rope_cfg is not None:
+            raise ValueError(
+                f'`rope_cfg` is only used with one of {tuple(ROPE_ARGS)} in '
+                f'`pos_encoding`, got pos_encoding={encodings!r}')
+        return {}, None
+    cfg = {} if rope_cfg is None else rope_cfg
+    if not isinstance(cfg, dict):
+        raise ValueError(f'Unsupported `rope_cfg` {rope_cfg!r}, please give '
+                         f'None or a dict with keys from '
+                         f'{ROPE_ARGS[kinds[0]]}')
+    allowed = ROPE_ARGS[kinds[0]]
+    unknown = sorted(set(cfg) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f'Unsupported `rope_cfg` keys {unknown} for pos_encoding '
+            f'{kinds[0]!r}, please choose from {allowed}')
+    theta = cfg.get('theta', rope_theta)
+    if rope_theta is not None and theta != rope_theta:
+        raise ValueError(
+            f'`rope_theta` ({rope_theta!r}) and `rope_cfg.theta` '
+            f'({theta!r}) conflict; please give the frequency base once, '
+            'as `rope_cfg.theta`')
+    module_cfg = {k: cfg[k] for k in ('rotate', ) if k in cfg}
+    if theta is not None:
+        module_cfg['theta'] = theta
+    coords = {k: cfg.get(k, v) for k, v in COORD_DEFAULTS.items()}
+    return module_cfg, coords
 
 
 def check_positive(name: str, value) -> None:

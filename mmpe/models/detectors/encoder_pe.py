@@ -45,7 +45,7 @@ self-attention, and says what the decoder's cross-attention keys get::
 """
 from typing import Dict, Optional, Tuple, Union
 
-from ..layers.rope_coords import COORD_DEFAULTS, check_coord_args
+from ..layers.rope_coords import COORD_DEFAULTS, ROPE_ARGS, check_coord_args
 
 ABSOLUTE_CHOICES = ('sine', 'learnable', 'none')
 RELATIVE_CHOICES = ('irpe', 'rope2d', 'rope-mixed')
@@ -53,11 +53,6 @@ DECODER_POS_CHOICES = ('sine', 'encoder', 'none')
 ENCODER_PE_KEYS = ('absolute', 'relative', 'decoder_pos', 'learnable_grid')
 #: token-coordinate arguments of both rotary types (``rope_coords.py``)
 COORD_ARGS = tuple(COORD_DEFAULTS)
-#: arguments of each rotary type (besides ``type``)
-ROPE_ARGS = {
-    'rope2d': ('theta', ) + COORD_ARGS,
-    'rope-mixed': ('theta', 'rotate') + COORD_ARGS
-}
 
 
 def _choice(field: str, value, choices) -> None:

@@ -233,9 +233,14 @@ class PEAttention(BaseModule):
             attn_mask (Tensor, optional): (L, L) bool (True = not allowed) or
                 additive float mask.
             rope (tuple[Tensor, Tensor], optional): ``(cos, sin)`` of a
-                rotary embedding (e.g. :class:`RoPE2D`), each broadcastable
-                to ``(h * w, head_dims)``; rotates the grid tokens of q and
-                k, skip tokens untouched.
+                rotary embedding (e.g. :class:`RoPE2D`), rotating the grid
+                tokens of q and k (skip tokens untouched). Each is one
+                table for all images, ``(h * w, head_dims)`` or per head
+                ``(H, h * w, head_dims)``, or per image (positions that
+                differ between the images of a batch, e.g. normalised
+                coordinates of padded images): ``(B, 1, h * w,
+                head_dims)`` or ``(B, H, h * w, head_dims)``; see
+                :func:`apply_rope2d`.
 
         Returns:
             Tensor: (B, H, L, head_dims).

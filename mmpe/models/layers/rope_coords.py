@@ -50,6 +50,13 @@ NORMALIZE_CHOICES = ('separate', 'max', 'min')
 #: The coordinate arguments of a rotary config and their defaults.
 COORD_DEFAULTS = dict(
     coords='index', normalize='separate', shift=0., jitter=1., rescale=1.)
+#: The arguments of each rotary type besides ``type`` (``encoder_pe.relative``
+#: of the DETR family, ``rope_cfg`` of the CPVT backbone): the frequency base,
+#: RoPE-Mixed's random initial directions, the coordinates.
+ROPE_ARGS = {
+    'rope2d': ('theta', ) + tuple(COORD_DEFAULTS),
+    'rope-mixed': ('theta', 'rotate') + tuple(COORD_DEFAULTS)
+}
 #: Normalised coordinates reach the rotary modules as ``2 pi p``: DINOv3's
 #: angle ``2 pi p / period`` is then ``position * frequency``.
 NORMALIZED_SCALE = 2 * math.pi

@@ -24,21 +24,32 @@ SMALL = dict(embed_dims=16, depth=2, num_heads=2, mlp_ratio=2.)
 TINY_MASK_RCNN = 'configs/quickstart/mask-rcnn_cpvt-tiny_synthetic.py'
 #: ViTDet's layout: 4 x 4 windows in block 0, block 1 global
 TINY_VITDET = 'configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py'
-#: (config, plain mmdet type, padding-aware type)
+#: ViTDet's layout with RoPE-Mixed on DINOv3's normalised coordinates (each
+#: image's positions from its valid extent in the mask; rescale in training)
+NORMALIZED_ROPE = dict(
+    pos_encoding='rope-mixed',
+    rope_cfg=dict(coords='normalized', normalize='separate', rescale=2.))
+#: (config, plain mmdet type, padding-aware type, backbone arguments)
 DETECTORS = [
-    (TINY_MASK_RCNN, 'MaskRCNN', 'PaddingAwareMaskRCNN'),
-    (TINY_VITDET, 'MaskRCNN', 'PaddingAwareMaskRCNN'),
+    (TINY_MASK_RCNN, 'MaskRCNN', 'PaddingAwareMaskRCNN', {}),
+    (TINY_VITDET, 'MaskRCNN', 'PaddingAwareMaskRCNN', {}),
+    (TINY_VITDET, 'MaskRCNN', 'PaddingAwareMaskRCNN', NORMALIZED_ROPE),
     ('configs/retinanet_cpvt-s_fpn_1x_coco.py', 'RetinaNet',
-     'PaddingAwareRetinaNet'),
-    ('configs/detr_cpvt-s_150e_coco.py', 'DETR', 'PaddingAwareDETR'),
+     'PaddingAwareRetinaNet', {}),
+    ('configs/detr_cpvt-s_150e_coco.py', 'DETR', 'PaddingAwareDETR', {}),
+]
+DETECTOR_IDS = [
+    osp.basename(d[0]) + ('-rope-mixed-normalized' if d[3] else '')
+    for d in DETECTORS
 ]
 # padded batch and single image run the same ops on different token sets
 ALONE_TOL = dict(atol=1e-5, rtol=1e-5)
 
 
-def _cfg(config, type_=None):
+def _cfg(config, type_=None, backbone=None):
     cfg = Config.fromfile(osp.join(REPO, config))
     init_default_scope('mmdet')
+    cfg.model.backbone.update(backbone or {})
     cfg.model.backbone.arch = SMALL
     cfg.model.backbone.init_cfg = None
     if cfg.model.backbone.get('window_size'):
@@ -77,15 +88,16 @@ def _run(detector, calls, data, mode='predict'):
     return batch
 
 
-@pytest.mark.parametrize('config,plain,aware', DETECTORS,
-                         ids=[osp.basename(d[0]) for d in DETECTORS])
-def test_backbone_sees_each_images_own_border(config, plain, aware):
+@pytest.mark.parametrize('config,plain,aware,backbone', DETECTORS,
+                         ids=DETECTOR_IDS)
+def test_backbone_sees_each_images_own_border(config, plain, aware, backbone):
     """The padding-aware detector's backbone features of each image in a
-    padded batch are its features alone; the plain detector with the same
+    padded batch are its features alone (with normalised RoPE coordinates:
+    the positions of its own extent); the plain detector with the same
     weights lets the padding leak in."""
-    aware_cfg = _cfg(config, aware)
+    aware_cfg = _cfg(config, aware, backbone)
     detector = _build(aware_cfg)
-    leaky_detector = _build(_cfg(config, plain))
+    leaky_detector = _build(_cfg(config, plain, backbone))
     leaky_detector.load_state_dict(detector.state_dict(), strict=True)
     # padded to 96 x 96 (pad_size_divisor 32 or 1)
     shapes = [(64, 96), (96, 40)]
@@ -192,12 +204,12 @@ def test_two_backbone_calls_in_one_forward_both_get_the_mask(mode):
     assert calls[0][1] is None
 
 
-@pytest.mark.parametrize('config,plain,aware', DETECTORS,
-                         ids=[osp.basename(d[0]) for d in DETECTORS])
+@pytest.mark.parametrize('config,plain,aware,backbone', DETECTORS,
+                         ids=DETECTOR_IDS)
 def test_checkpoints_interchange_with_the_plain_detector(config, plain,
-                                                         aware):
-    detector = _build(_cfg(config, aware))
-    mmdet_detector = _build(_cfg(config, plain), seed=1)
+                                                         aware, backbone):
+    detector = _build(_cfg(config, aware, backbone))
+    mmdet_detector = _build(_cfg(config, plain, backbone), seed=1)
     assert type(mmdet_detector).__name__ == plain
     assert list(detector.state_dict()) == list(mmdet_detector.state_dict())
     mmdet_detector.load_state_dict(detector.state_dict(), strict=True)
@@ -245,6 +257,11 @@ def test_padmask_quickstart_config_is_the_padding_aware_detector():
     cfg = Config.fromfile(osp.join(
         REPO, 'configs/quickstart/mask-rcnn_cpvt-tiny_padmask_synthetic.py'))
     assert cfg.model.type == 'PaddingAwareMaskRCNN'
-    assert 'custom_hooks' not in cfg
+    # the switch needs no hook: none of the config's hooks is the removed
+    # BackbonePaddingMaskHook, and they are the runtime base's, as the tiny
+    # Mask R-CNN's
+    hooks = [h['type'] for h in cfg.get('custom_hooks', [])]
+    assert 'BackbonePaddingMaskHook' not in hooks
+    assert cfg.get('custom_hooks') == base.get('custom_hooks')
     base.model.type = cfg.model.type
     assert cfg.model == base.model  # the switch is the only difference

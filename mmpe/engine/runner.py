@@ -1,0 +1,106 @@
+"""MMEngine's Runner with mmpe's runtime guarantees, whatever the launcher.
+
+``configs/_base_/runtime_mmpe.py`` sets ``runner_type = 'MMPERunner'``;
+mmdet's and mmseg's ``tools/train.py`` (and ``mim train``, which runs them)
+build the runner with ``RUNNERS.build(cfg)`` when a config names one, and
+mmpe's ``tools/train.py`` / ``tools/test.py`` set it on configs that do not.
+What a config cannot declare happens here, in MMEngine's own extension
+points:
+
+* :meth:`MMPERunner.from_cfg` completes the config
+  (:func:`~mmpe.engine.runtime.complete_runtime`: atomic checkpoints,
+  mid-epoch resume, the runtime hooks) and says what it changed in one log
+  line;
+* :meth:`~MMPERunner.train`, :meth:`~MMPERunner.val` and
+  :meth:`~MMPERunner.test` run inside
+  :func:`~mmpe.engine.safe_checkpoint_loading`: every checkpoint the run
+  loads (``load_from``, ``--resume``, ``init_cfg`` of type ``Pretrained``)
+  is read weights-only, stock-MMEngine and old-mmpe ones included;
+* :meth:`~MMPERunner.load_or_resume`, which ``Runner.train`` calls after
+  the ``before_run`` hooks and before ``before_train``, picks the checkpoint
+  ``--resume`` continues from: without a path the newest one that loads
+  (:func:`~mmpe.engine.find_resumable_checkpoint`; rank 0 decides, the
+  others follow), with a path only if it loads; otherwise the run stops
+  with exit status 2 (:class:`~mmpe.engine.exit_status.BadInput`).
+"""
+import copy
+from typing import List, Optional, Tuple
+
+from mmengine.dist import broadcast_object_list, is_main_process
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+
+from .exit_status import BadInput
+from .resume_checkpoint import (checkpoint_dirs, checkpoint_load_error,
+                                find_resumable_checkpoint)
+from .runtime import complete_runtime
+from .safe_checkpoint import UnsafeCheckpointError, safe_checkpoint_loading
+
+
+# MMEngine's root registry: found from every scope (mmdet, mmseg, none)
+@RUNNERS.register_module()
+class MMPERunner(Runner):
+    """``Runner`` that completes its config with mmpe's runtime pieces,
+    loads checkpoints weights-only and resumes from the newest checkpoint
+    that loads; same arguments as ``Runner``."""
+
+    @classmethod
+    def from_cfg(cls, cfg) -> 'MMPERunner':
+        cfg = copy.deepcopy(cfg)
+        changes = complete_runtime(cfg)
+        runner = super().from_cfg(cfg)
+        if changes:
+            runner.logger.info('mmpe runtime: ' + '; '.join(changes) + '.')
+        return runner
+
+    def train(self):
+        with safe_checkpoint_loading():
+            return super().train()
+
+    def val(self) -> dict:
+        with safe_checkpoint_loading():
+            return super().val()
+
+    def test(self) -> dict:
+        with safe_checkpoint_loading():
+            return super().test()
+
+    def load_or_resume(self) -> None:
+        if not self._has_loaded and self._resume:
+            path, notes, error = self._resume_point()
+            for note in notes:
+                self.logger.warning(f'--resume: {note}')
+            if error is not None:
+                self.logger.error(error)
+                raise BadInput(error)
+            if path is not None:
+                self.logger.info(f'--resume: continuing from {path}')
+            # None: nothing to resume from, a fresh start (MMEngine would
+            # follow a `last_checkpoint` that names a missing file)
+            self._load_from, self._resume = path, path is not None
+        super().load_or_resume()
+
+    def _resume_point(self) -> Tuple[Optional[str], List[str], Optional[str]]:
+        """(checkpoint or None, notes, error or None), decided by rank 0."""
+        decision = [None]
+        if is_main_process():
+            decision = [self._choose_resume_point()]
+        broadcast_object_list(decision)
+        return decision[0]
+
+    def _choose_resume_point(
+            self) -> Tuple[Optional[str], List[str], Optional[str]]:
+        path = self._load_from
+        try:
+            if path is not None:  # --resume PATH
+                reason = None if '://' in path else checkpoint_load_error(path)
+                if reason is not None:
+                    return None, [], f'cannot resume from {path}: {reason}'
+                return path, [], None
+            path, notes = find_resumable_checkpoint(
+                self.work_dir, checkpoint_dirs(self.cfg))
+        except UnsafeCheckpointError as err:
+            return None, [], str(err)
+        except RuntimeError as err:  # there are checkpoints, none loads
+            return None, [], f'cannot resume: {err}'
+        return path, notes, None
