@@ -37,7 +37,8 @@ from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
                        parse_arch, parse_img_size, parse_out_indices,
                        parse_peg_positions, parse_pos_encoding,
-                       parse_rope_cfg, parse_rpe_cfg, parse_window_layout)
+                       parse_rel_pos_cfg, parse_rope_cfg, parse_rpe_cfg,
+                       parse_window_layout)
 
 
 @MODELS.register_module()
@@ -64,10 +65,15 @@ class CPVT(BaseModule):
       normalised to each image's valid extent (Siméoni et al. 2025).
     - ``'irpe'``: iRPE (Wu et al., ICCV 2021) in every block's attention,
       configured by ``rpe_cfg``.
+    - ``'rel-pos'``: ViTDet's decomposed relative position (MViTv2, Li et
+      al. 2022) in every block's attention: per-block row and column tables
+      (``q_i . R_h[iy - jy] + q_i . R_w[ix - jx]`` added to the logits),
+      configured by ``rel_pos_cfg``; no class token.
 
     A list composes them: at most one absolute encoding (``'learnable'`` or
     ``'sine'``), ``'peg'``, and at most one inside attention (``'rope2d'``,
-    ``'rope-mixed'`` or ``'irpe'``). The iRPE authors' DeiT models are
+    ``'rope-mixed'``, ``'irpe'`` or ``'rel-pos'``); ViTDet's own backbone
+    is ``('learnable', 'rel-pos')``. The iRPE authors' DeiT models are
     ``pos_encoding=('learnable', 'irpe')`` with ``use_cls_token=True`` (the
     class token is iRPE's skip token); see
     ``tools/model_converters/deit_irpe_to_mmpe.py``.
@@ -98,8 +104,11 @@ class CPVT(BaseModule):
     absolute tables at the input, on the full grid; RoPE rotates every token
     by its full-grid position in both kinds of block; iRPE uses the window
     grid ``(S, S)`` in window blocks (one bucket plan for all windows) and
-    the full grid in global blocks. A class token has no window: it is
-    refused with windows.
+    the full grid in global blocks; ``'rel-pos'`` likewise: window blocks
+    own tables of ``2 S - 1`` rows used on the ``(S, S)`` window grid,
+    global blocks tables made for ``rel_pos_cfg['input_size']`` (default
+    the pre-training grid), resized linearly to each input's grid (as
+    ViTDet). A class token has no window: it is refused with windows.
 
     Args:
         arch (str | dict): Preset name in :attr:`arch_zoo` (``'tiny'``,
@@ -154,6 +163,13 @@ class CPVT(BaseModule):
             :data:`RPE_ON_CHOICES`, default 'k'). Defaults to None, i.e.
             ``dict(mode='contextual', method='product', ratio=1.9,
             rpe_on='k')`` for ``'irpe'``.
+        rel_pos_cfg (dict, optional): For ``'rel-pos'``: ``input_size``,
+            the grid (in patches) the global blocks' tables are made for
+            (ViTDet: the detection input, 1024 / 16 = 64; default
+            ``img_size // patch_size``), and ``init`` (``'zeros'``, ViTDet's
+            default, or ``'trunc_normal'``) of every block's tables (see
+            ``mmpe.models.layers.DecomposedRelPos``). Window blocks' tables
+            are made for ``(window_size, window_size)``. Defaults to None.
         window_size (int): Window side S in patches; 0 (default) attends
             globally in every block. Defaults to 0.
         global_blocks (Sequence[int]): Blocks that attend globally when
@@ -204,6 +220,7 @@ class CPVT(BaseModule):
                  rope_theta: Optional[float] = None,
                  rope_cfg: Optional[dict] = None,
                  rpe_cfg: Optional[dict] = None,
+                 rel_pos_cfg: Optional[dict] = None,
                  window_size: int = 0,
                  global_blocks: Sequence[int] = (),
                  attn_impl: str = 'auto',
@@ -285,6 +302,8 @@ class CPVT(BaseModule):
 
         block_rpe_cfg, rpe_on = parse_rpe_cfg(rpe_cfg, encodings,
                                               self.num_skip)
+        rel_pos_cfg = parse_rel_pos_cfg(rel_pos_cfg, encodings,
+                                        use_cls_token, self.pretrain_grid)
         dpr = torch.linspace(0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList([
             ViTBlock(
@@ -300,6 +319,7 @@ class CPVT(BaseModule):
                 rpe_on=rpe_on,
                 attn_impl=attn_impl,
                 skip=self.num_skip,
+                rel_pos_cfg=self._block_rel_pos_cfg(rel_pos_cfg, i),
                 window_size=0 if i in global_blocks else window_size)
             for i in range(depth)
         ])
@@ -316,6 +336,14 @@ class CPVT(BaseModule):
 
         self._init_default_weights()
         self._freeze_stages()
+
+    def _block_rel_pos_cfg(self, cfg: Optional[dict],
+                           index: int) -> Optional[dict]:
+        """Block ``index``'s ``rel_pos_cfg``: tables for its window
+        ``(S, S)`` or, global, for ``cfg['input_size']``."""
+        if cfg is None or not self.window_size or index in self.global_blocks:
+            return cfg
+        return dict(cfg, input_size=(self.window_size, self.window_size))
 
     # ------------------------------------------------------------------ #
     # weights

@@ -10,7 +10,7 @@ from ..layers.rope_coords import COORD_DEFAULTS, ROPE_ARGS
 
 #: Every position encoding of the backbone, by the place it acts.
 ABSOLUTE_ENCODINGS = ('learnable', 'sine')
-ATTENTION_ENCODINGS = ('rope2d', 'rope-mixed', 'irpe')
+ATTENTION_ENCODINGS = ('rope2d', 'rope-mixed', 'irpe', 'rel-pos')
 POS_ENCODINGS = ('peg', 'none') + ABSOLUTE_ENCODINGS + ATTENTION_ENCODINGS
 
 
@@ -78,6 +78,33 @@ def parse_rpe_cfg(rpe_cfg: Optional[dict], encodings: Tuple[str, ...],
             f'skip tokens ({num_skip}, from use_cls_token); leave it out')
     cfg['skip'] = num_skip
     return cfg, rpe_on
+
+
+def parse_rel_pos_cfg(rel_pos_cfg: Optional[dict], encodings: Tuple[str, ...],
+                      use_cls_token: bool,
+                      pretrain_grid: Tuple[int, int]) -> Optional[dict]:
+    """Arguments of the global blocks' ``DecomposedRelPos`` (None without
+    ``'rel-pos'``): ``input_size`` (their tables' grid; default the
+    pre-training grid ``img_size // patch_size``) and ``init``."""
+    if 'rel-pos' not in encodings:
+        if rel_pos_cfg is not None:
+            raise ValueError(
+                f"`rel_pos_cfg` is only used with 'rel-pos' in "
+                f'`pos_encoding`, got pos_encoding={encodings!r}')
+        return None
+    if use_cls_token:
+        raise ValueError(
+            "`use_cls_token=True` with 'rel-pos' in `pos_encoding`: the "
+            'decomposed relative position has no entry for a class token '
+            '(ViTDet has none); choose use_cls_token=False or another '
+            f'encoding of {ATTENTION_ENCODINGS}')
+    cfg = dict(rel_pos_cfg or {})
+    unknown = sorted(set(cfg) - {'input_size', 'init'})
+    if unknown:
+        raise ValueError(f'`rel_pos_cfg` keys {unknown} are not used, please '
+                         "choose from ('input_size', 'init')")
+    cfg.setdefault('input_size', tuple(pretrain_grid))
+    return cfg
 
 
 def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],

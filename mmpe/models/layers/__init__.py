@@ -8,6 +8,7 @@ from .irpe_index import (axis_bucket_tables, clip_index, get_bucket_ids_2d,
 from .irpe_terms import IRPETerm
 from .pe_attention import PEAttention
 from .peg import PEG
+from .rel_pos import DecomposedRelPos, DecomposedRelPosTerm, resize_rel_pos
 from .pos_embed_2d import (SinCosPosEmbed2D, build_sincos_pos_embed_2d,
                            resample_pos_embed)
 from .rope2d import RoPE2D, apply_rope2d, build_rope2d
@@ -25,7 +26,8 @@ __all__ = [
     'CacheInfo', 'SinCosPosEmbed2D', 'build_sincos_pos_embed_2d',
     'resample_pos_embed', 'RoPE2D', 'apply_rope2d', 'build_rope2d',
     'RoPEMixed', 'init_mixed_freqs', 'is_tracing', 'RelativeTerm',
-    'register_term', 'IRPETerm',
+    'register_term', 'IRPETerm', 'DecomposedRelPos', 'DecomposedRelPosTerm',
+    'resize_rel_pos',
     'merge_windows',
     'partition_grid', 'unpartition_grid', 'window_grid', 'window_key_mask',
     'window_table', 'window_tokens'

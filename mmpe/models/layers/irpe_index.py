@@ -224,14 +224,28 @@ def relative_index_1d(size: int,
     # g depends on p - q only: evaluate it on the 2 * size - 1 distances
     dist = torch.arange(-(size - 1), size, device=device)
     table = func(dist)
+    return table[relative_offsets_1d(size, device) + size - 1]
+
+
+def relative_offsets_1d(size: int, device: DeviceType = None) -> Tensor:
+    """Relative positions along one axis, the one place they are made.
+
+    Args:
+        size (int): Length of the axis (may be symbolic while tracing).
+        device (str | torch.device, optional): Device of the result.
+
+    Returns:
+        Tensor: Long (size, size), entry ``[p, q] = p - q`` in
+        ``[-(size - 1), size - 1]`` (``p`` the query, ``q`` the key
+        coordinate).
+    """
     pos = torch.arange(size, device=device)
-    return table[pos[:, None] - pos[None, :] + size - 1]
+    return pos[:, None] - pos[None, :]
 
 
 def _abs_diff(size: int, device: DeviceType) -> Tensor:
     """Long tensor (size, size) with entry ``[p, q] = |p - q|``."""
-    pos = torch.arange(size, device=device)
-    return (pos[:, None] - pos[None, :]).abs()
+    return relative_offsets_1d(size, device).abs()
 
 
 def _distance_index_2d(height: int, width: int, method: str, index: str,

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .cache import BoundedCache
-from .irpe_index import axis_bucket_tables, max_index, spatial_bucket_ids
+from .irpe_index import (axis_bucket_tables, max_index, relative_offsets_1d,
+                         spatial_bucket_ids)
 from .tracing import is_tracing
 
 # ---------------------------------------------------------------------------
@@ -273,11 +274,21 @@ class CrossPlan(_BlockPlans):
     axis is a small gather (N, L0, height) / (N, L0, width) broadcast over
     the other axis, so the only ``L0 x L0`` work is one add (forward) and
     two sums (reduce). A block of query rows slices the per-query ids.
+
+    The axes may have different bucket counts (``side`` row buckets, then
+    ``col_side`` column buckets): the decomposed relative position of
+    ViTDet (:func:`get_offset_plan`) is this plan with plain offsets as
+    ids, ``2 h - 1`` row and ``2 w - 1`` column entries.
     """
 
-    def __init__(self, rows: Tensor, cols: Tensor, side: int) -> None:
+    def __init__(self,
+                 rows: Tensor,
+                 cols: Tensor,
+                 side: int,
+                 col_side: Optional[int] = None) -> None:
         h, w = rows.shape[0], cols.shape[0]
         self._init_grid(dict(rows=rows, cols=cols), h, w, 'cross', side)
+        self.col_side = side if col_side is None else col_side
         # per query i = (iy, ix): bucket of each key row / key column
         self.row_ids = rows[:, None, :].expand(h, w, h).reshape(h * w, h)
         self.col_ids = (cols[None, :, :].expand(h, w, w).reshape(h * w, w) +
@@ -290,8 +301,13 @@ class CrossPlan(_BlockPlans):
         plan.col_ids = self.col_ids[start:stop]
         return plan
 
+    @property
+    def num_spatial_buckets(self) -> int:
+        """Row-axis then column-axis buckets."""
+        return self.side + self.col_side
+
     def expand(self, p: Tensor) -> Tensor:
-        """(N, R, 2 S) -> (N, R, L0)."""
+        """(N, R, S + S_col) -> (N, R, L0)."""
         n, nv = p.shape[0], self.num_viewers
         y = p.gather(2, self.row_ids.expand(n, nv, self.height))
         x = p.gather(2, self.col_ids.expand(n, nv, self.width))
@@ -300,11 +316,11 @@ class CrossPlan(_BlockPlans):
             n, nv, self.height * self.width)
 
     def reduce(self, a: Tensor) -> Tensor:
-        """(N, R, L0) -> (N, R, 2 S)."""
+        """(N, R, L0) -> (N, R, S + S_col)."""
         h, w = self.height, self.width
         n, nv = a.shape[0], self.num_viewers
         a4 = a.unflatten(2, (h, w))  # a view in any layout, e.g. transposed
-        out = a.new_zeros(n, nv, 2 * self.side)
+        out = a.new_zeros(n, nv, self.num_spatial_buckets)
         out.scatter_add_(2, self.row_ids.expand(n, nv, h), a4.sum(3))
         out.scatter_add_(2, self.col_ids.expand(n, nv, w), a4.sum(2))
         return out
@@ -442,6 +458,25 @@ def get_plan(method: str,
     return PLAN_CACHE.get(
         key, lambda: _build_plan(method, index, ratio, max_distance, height,
                                  width, device, side))
+
+
+def get_offset_plan(height: int, width: int,
+                    device: torch.device) -> CrossPlan:
+    """The cached cross plan of plain per-axis offsets (no index function).
+
+    Row id ``iy - jy + height - 1`` in ``[0, 2 height - 1)``, column id
+    ``ix - jx + width - 1`` after the ``2 height - 1`` row ids: the
+    per-axis lookups of ViTDet's decomposed relative position
+    (:mod:`~mmpe.models.layers.rel_pos`) expand with it exactly as iRPE's
+    cross method expands its buckets.
+    """
+
+    def build() -> CrossPlan:
+        rows = relative_offsets_1d(height, device) + (height - 1)
+        cols = relative_offsets_1d(width, device) + (width - 1)
+        return CrossPlan(rows, cols, 2 * height - 1, 2 * width - 1)
+
+    return PLAN_CACHE.get(('offsets', height, width, device), build)
 
 
 def _build_plan(method: str,

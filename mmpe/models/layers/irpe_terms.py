@@ -42,6 +42,34 @@ def bucket_lookup(x: Tensor, table: Tensor, shared: bool) -> Tensor:
     return torch.matmul(x, table.transpose(1, 2))
 
 
+def lookup_backward(x: Tensor, table: Tensor, shared: bool, grad: Tensor,
+                    rows: Rows, grads: List[Tensor]) -> None:
+    """The adjoint of :func:`bucket_lookup` on a range of viewer rows.
+
+    Through ``lookup = x @ table^T`` of the rows (None: all):
+    ``dx += dlookup @ table``, ``dtable += dlookup^T x``, accumulated into
+    ``grads = [dx, dtable]`` (shapes of ``x`` and ``table``).
+
+    Args:
+        x (Tensor): (B, H, L, d), all rows.
+        table (Tensor): (H', nb, d).
+        shared (bool): One table for all heads (``H' = 1``).
+        grad (Tensor): ``dL/dlookup`` of the rows (B, H, R, nb).
+        rows (tuple[int, int], optional): The rows; None: all.
+        grads (list[Tensor]): ``[dx, dtable]``, added to.
+    """
+    if rows is not None:
+        x = x[:, :, rows[0]:rows[1]]
+    dx = grads[0] if rows is None else grads[0][:, :, rows[0]:rows[1]]
+    if shared:
+        dx += torch.matmul(grad, table[0])
+        grads[1][0].addmm_(
+            grad.reshape(-1, grad.shape[-1]).t(), x.reshape(-1, x.shape[-1]))
+    else:
+        dx += torch.matmul(grad, table)
+        grads[1].add_(torch.matmul(grad.transpose(-1, -2), x).sum(0))
+
+
 def _spatial_range(span: Rows, skip: int) -> Rows:
     """Token range -> spatial range (skip tokens dropped); None stays."""
     if span is None:
@@ -317,17 +345,5 @@ class IRPETerm(RelativeTerm):
 
     def _lookup_backward(self, grad: Tensor, rows: Rows,
                          grads: List[Tensor]) -> None:
-        """Through ``lookup = x @ table^T`` of the rows (None: all):
-        ``dx += dlookup @ table``, ``dtable += dlookup^T x``."""
         x, table = self.tensors
-        if rows is not None:
-            x = x[:, :, rows[0]:rows[1]]
-        dx = grads[0] if rows is None else grads[0][:, :, rows[0]:rows[1]]
-        if self._shared:
-            dx += torch.matmul(grad, table[0])
-            grads[1][0].addmm_(
-                grad.reshape(-1, grad.shape[-1]).t(),
-                x.reshape(-1, x.shape[-1]))
-        else:
-            dx += torch.matmul(grad, table)
-            grads[1].add_(torch.matmul(grad.transpose(-1, -2), x).sum(0))
+        lookup_backward(x, table, self._shared, grad, rows, grads)

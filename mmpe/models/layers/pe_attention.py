@@ -16,7 +16,9 @@ where :math:`\\tilde q, \\tilde k` are the RoPE-rotated ``q, k`` (RoPE off:
 ``q, k``), :math:`m` the additive key-padding / attention mask, and the
 ``r`` terms iRPE's bias (a table entry) or contextual (``x . table``) terms.
 As in the authors' release, ``q`` is scaled before it meets ``r^K`` and ``k``
-before ``r^Q``. Every mmpe attention (the DETR encoder layers, the ViT
+before ``r^Q``. Instead of iRPE, the logits may get ViTDet's decomposed
+relative position ``q_i . R^h_{iy - jy} + q_i . R^w_{ix - jx}`` (MViTv2,
+Li et al. 2022, of the unscaled ``q``; :mod:`~mmpe.models.layers.rel_pos`). Every mmpe attention (the DETR encoder layers, the ViT
 backbone blocks) is a subclass that only adds its projections, so masks,
 skip tokens, dropout and the backends below exist once.
 """
@@ -37,6 +39,7 @@ from .chunked_attention import relative_attention
 from .irpe import iRPE
 from .irpe_flex import (FLEX_DTYPES, flex_unsupported_reason,
                         irpe_flex_attention)
+from .rel_pos import DecomposedRelPos
 from .rope2d import apply_rope2d
 from .tracing import is_exporting, is_tracing
 
@@ -104,6 +107,12 @@ class PEAttention(BaseModule):
             (and of ``'auto'`` when it chunks). None: automatic, about
             :data:`~mmpe.models.layers.chunked_attention.CHUNK_ELEMENTS`
             logits per chunk. Defaults to None.
+        rel_pos_cfg (dict, optional): Arguments of
+            :class:`~mmpe.models.layers.DecomposedRelPos` other than
+            ``head_dim`` (``input_size``, ``init``): ViTDet's decomposed
+            relative position in the logits, a relative term like iRPE's
+            (every backend runs it). Not with iRPE, RoPE (refused at the
+            call) or skip tokens. None: none. Defaults to None.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
 
@@ -116,6 +125,7 @@ class PEAttention(BaseModule):
                  attn_impl: str = 'auto',
                  skip: Optional[int] = None,
                  chunk_size: Optional[int] = None,
+                 rel_pos_cfg: Optional[Dict] = None,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if isinstance(embed_dims, bool) or not isinstance(
@@ -171,6 +181,24 @@ class PEAttention(BaseModule):
                     head_dim=self.head_dims, num_heads=num_heads, on=letter,
                     skip=skip, **cfg)
             setattr(self, f'rpe_{letter}', rpe)
+        self.rel_pos = None
+        if rel_pos_cfg is not None:
+            if rpe_cfg is not None:
+                raise ValueError(
+                    f'`rel_pos_cfg` {rel_pos_cfg!r} together with `rpe_cfg` '
+                    f'{rpe_cfg!r}: one relative position per attention, '
+                    'please choose `rel_pos_cfg` (decomposed, ViTDet) or '
+                    '`rpe_cfg` (iRPE)')
+            if skip:
+                raise ValueError(
+                    f'`rel_pos_cfg` with skip={skip} tokens: the decomposed '
+                    'relative position has no entry for tokens outside the '
+                    'grid (ViTDet has no class token); choose skip=0')
+            cfg = {k: v for k, v in rel_pos_cfg.items() if k != 'type'}
+            if 'head_dim' in cfg:
+                raise ValueError('`rel_pos_cfg.head_dim` is set by the '
+                                 'attention; remove it')
+            self.rel_pos = DecomposedRelPos(head_dim=self.head_dims, **cfg)
         self._warned = set()  # messages this module has warned about
         self._flex_failed = set()  # (device type, dtype) that did not compile
 
@@ -218,8 +246,14 @@ class PEAttention(BaseModule):
             Tensor: (B, H, L, head_dims).
         """
         height = width = 0
-        if self.rpe_on:
+        has_terms = self.has_relative_terms
+        if has_terms:
             height, width = self._check_grid(q, k, spatial_shape)
+        if rope is not None and self.rel_pos is not None:
+            raise ValueError(
+                f'{type(self).__name__} with `rel_pos_cfg` got `rope`: the '
+                'decomposed relative position and RoPE in one attention is '
+                'not supported; choose one of them')
         # iRPE reads the unrotated q and k (its terms stay relative)
         terms_qk = (q, k)
         if rope is not None:
@@ -231,7 +265,7 @@ class PEAttention(BaseModule):
             # nothing padded (no sync on CPU); a graph keeps the zero mask
             key_padding_mask = None
         scale = 1.0 / math.sqrt(q.shape[-1])
-        if not self.rpe_on:  # no relative term: the fused kernel
+        if not has_terms:  # no relative term: the fused kernel
             return self._sdpa(q, k, v, [], attn_mask, key_padding_mask, scale,
                               False)
         impl = self.attn_impl
@@ -301,7 +335,7 @@ class PEAttention(BaseModule):
             str: ``'sdpa'``, ``'explicit'``, ``'chunked'`` or ``'flex'``.
         """
         impl = self.attn_impl if impl is None else impl
-        if not self.rpe_on:
+        if not self.has_relative_terms:
             return 'sdpa'
         if impl in ('sdpa', 'flex', 'chunked'):
             return impl
@@ -314,11 +348,18 @@ class PEAttention(BaseModule):
     # ------------------------------------------------------------------
     # relative terms
     # ------------------------------------------------------------------
+    @property
+    def has_relative_terms(self) -> bool:
+        """Whether calls have relative terms (iRPE or the decomposed
+        relative position)."""
+        return bool(self.rpe_on) or self.rel_pos is not None
+
     def relative_terms(self, qs: Tensor, ks: Optional[Tensor], height: int,
                        width: int) -> List[RelativeTerm]:
         """The relative terms of one call, in the order they are added:
         iRPE on keys (from the scaled queries), on queries (from the scaled
-        keys), on values. A new kind of term is added here (see
+        keys), the decomposed relative position (from the scaled queries),
+        iRPE on values. A new kind of term is added here (see
         docs/design.md, "How to add a relative term").
 
         Args:
@@ -336,6 +377,8 @@ class PEAttention(BaseModule):
         terms = [rpe.term(x, height, width)
                  for rpe, x in ((self.rpe_k, qs), (self.rpe_q, ks))
                  if rpe is not None]
+        if self.rel_pos is not None:
+            terms.append(self.rel_pos.term(qs, height, width))
         if self.rpe_v is not None:
             terms.append(self.rpe_v.term(qs, height, width))
         return terms
@@ -411,6 +454,8 @@ class PEAttention(BaseModule):
     def _flex_reason(self, q: Tensor, k: Tensor, v: Tensor,
                      attn_mask: Optional[Tensor]) -> Optional[str]:
         """Why the fused path does not apply to this call, or None."""
+        if self.rel_pos is not None:
+            return 'the decomposed relative position is not supported'
         if self.rpe_k is None and self.rpe_q is None:
             return 'no iRPE on queries or keys'
         if self.rpe_v is not None:
@@ -439,8 +484,9 @@ class PEAttention(BaseModule):
         if spatial_shape is None:
             raise ValueError(
                 f'{type(self).__name__} needs `spatial_shape=(height, width)` '
-                f'of the token grid when RPE is on (rpe_on={self.rpe_on!r}); '
-                'got None')
+                f'of the token grid with relative terms (rpe_on='
+                f'{self.rpe_on!r}, rel_pos '
+                f'{"on" if self.rel_pos is not None else "off"}); got None')
         height, width = check_grid(*spatial_shape)
         expected = self.skip + height * width
         if q.shape[2] != expected or k.shape[2] != expected:
