@@ -54,34 +54,6 @@ html_title = f'mmpe {release}'
 html_static_path = ['_static']
 html_show_sourcelink = False
 
-# User guides written on other branches, listed in index.md's toctree at their
-# place. Until a branch is merged its page does not exist, and its toctree line
-# is dropped before parsing (see _drop_absent_guides); once every page is
-# merged this list and the hook can go. Any other missing toctree entry is
-# still an error.
-OPTIONAL_GUIDES = (
-    'user_guides/plugin',
-    'user_guides/dataset_check',
-    'user_guides/attention_backends',
-    'user_guides/vitdet',
-    'user_guides/rope_coordinates',
-)
-
-
-def _drop_absent_guides(app, docname, source):
-    """Remove index.md's toctree lines of OPTIONAL_GUIDES without a page."""
-    if docname != root_doc:
-        return
-    absent = {
-        name
-        for name in OPTIONAL_GUIDES
-        if not osp.isfile(osp.join(app.srcdir, name + '.md'))
-    }
-    lines = source[0].split('\n')
-    source[0] = '\n'.join(line for line in lines
-                           if line.strip() not in absent)
-
-
 # docs/ablation.md is the table tools/experiments/ablation.py --markdown
 # writes (level-3 headings, no title); the site gives it a title and a line
 # on where it comes from, without changing the file.
@@ -100,5 +72,4 @@ def _title_ablation_tables(app, docname, source):
 
 
 def setup(app):
-    app.connect('source-read', _drop_absent_guides)
     app.connect('source-read', _title_ablation_tables)
