@@ -11,7 +11,7 @@
 #   python tools/dataset_converters/make_synthetic_coco.py
 #   python tools/train.py configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py
 # Swap `pos_encoding` ('none', 'learnable', 'sine', 'rope2d', 'rope-mixed',
-# 'irpe') or set `window_size=0` (global everywhere) to compare.
+# 'irpe', 'rel-pos') or set `window_size=0` (global everywhere) to compare.
 _base_ = './mask-rcnn_cpvt-tiny_synthetic.py'
 
 model = dict(

@@ -114,6 +114,8 @@ BACKBONES = {
     'rope-mixed': dict(pos_encoding='rope-mixed'),
     'irpe': dict(pos_encoding='irpe'),
     'deit-irpe': dict(pos_encoding=('learnable', 'irpe'), use_cls_token=True),
+    # tables made for (6, 6): resized to each grid inside the graph
+    'rel-pos': dict(pos_encoding='rel-pos', rel_pos_cfg=dict(input_size=6)),
 }
 # ViTDet's layout: 3 x 3 windows in block 0 (no grid of GRIDS is whole
 # windows in both sides), block 1 global
@@ -121,7 +123,7 @@ WINDOWS = dict(window_size=3, global_blocks=(1, ))
 BACKBONES.update({
     f'{name}-windows': dict(BACKBONES[name], **WINDOWS)
     for name in ('peg', 'none', 'learnable', 'sine+peg', 'rope2d',
-                 'rope-mixed', 'irpe')
+                 'rope-mixed', 'irpe', 'rel-pos')
 })
 
 
@@ -147,7 +149,8 @@ def test_cpvt_one_graph_no_recompile(name):
                 torch.testing.assert_close(o, want, **TOL)
 
 
-@pytest.mark.parametrize('name', ['irpe-windows', 'rope-mixed-windows'])
+@pytest.mark.parametrize('name', ['irpe-windows', 'rope-mixed-windows',
+                                  'rel-pos-windows'])
 def test_windowed_cpvt_training_one_graph(name):
     """Forward and backward (AOTAutograd traces the backward) of a windowed
     backbone with a padded batch: one graph over the grids, the gradients

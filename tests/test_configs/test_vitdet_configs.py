@@ -27,12 +27,14 @@ NEW_KEYS = {
     'peg': lambda key: key.startswith('pegs.'),
     'irpe': lambda key: '.attn.rpe_' in key,
     'rope-mixed': lambda key: key.startswith('ropes.'),
+    'rel-pos': lambda key: '.attn.rel_pos.' in key,
 }
 
 
 def test_every_size_and_encoding_has_a_config():
     want = {f'configs/mask-rcnn_vit-{size}-{pe}_vitdet_lsj-100e_coco.py'
-            for size in 'sb' for pe in ('peg', 'irpe', 'rope-mixed')}
+            for size in 'sb'
+            for pe in ('peg', 'irpe', 'rope-mixed', 'rel-pos')}
     assert set(COCO) == want
 
 
@@ -124,8 +126,13 @@ def test_no_weight_decay_on_norms_and_position_parameters(name):
     model = MODELS.build(cfg.model)
     for key, decay in weight_decays(model, cfg).items():
         no_decay = ('norm' in key or '.ln' in key or 'rpe_' in key
-                    or 'ropes.' in key or 'roi_head' in key and '.gn' in key)
-        if no_decay:
+                    or 'ropes.' in key or 'roi_head' in key and '.gn' in key
+                    or key == 'backbone.pos_embed')
+        if '.rel_pos.' in key:
+            # ViTDet's recipe exempts only the absolute table: its relative
+            # tables decay like the weights
+            assert decay == 0.1, key
+        elif no_decay:
             assert decay == 0., key
         elif key.endswith('weight') and 'norm' not in key:
             assert decay == 0.1, key
@@ -153,12 +160,17 @@ def _mae_vit_layout(dims, depth=12, grid=14):
 
 @pytest.mark.parametrize('name', [n for n in COCO if 'rope-mixed' not in n])
 def test_converted_vit_loads_into_the_windowed_backbone(name, tmp_path):
-    """MAE ViT-B / DeiT-S weights through the converter: the windowed
-    backbone of the config loads them; only the encoding's parameters
-    (PEG, iRPE tables) are new."""
+    """MAE ViT-B / DeiT-S weights through the converter (for the config's
+    ``pos_encoding``, as its comment says): the windowed backbone of the
+    config loads them; only the encoding's parameters (PEG, iRPE tables,
+    relative-position tables) are new, the absolute table of ViTDet's
+    backbone is the ViT's."""
     cfg = Config.fromfile(osp.join(REPO, name))
     dims = 384 if '_vit-s-' in name else 768
-    state = timm_vit_to_cpvt(_mae_vit_layout(dims))
+    pe = cfg.model.backbone.pos_encoding
+    encodings = (pe, ) if isinstance(pe, str) else tuple(pe)
+    state = timm_vit_to_cpvt(_mae_vit_layout(dims), pe)
+    assert ('pos_embed' in state) == ('learnable' in encodings)
     path = str(tmp_path / 'vit.pth')
     torch.save(dict(state_dict=state), path)
     backbone_cfg = copy.deepcopy(cfg.model.backbone)
@@ -166,9 +178,10 @@ def test_converted_vit_loads_into_the_windowed_backbone(name, tmp_path):
     model = MODELS.build(backbone_cfg)
     assert model.window_size == 14
     missing, unexpected = model.load_state_dict(state, strict=False)
-    pe = cfg.model.backbone.pos_encoding
+    new = [NEW_KEYS[e] for e in encodings if e in NEW_KEYS]
     assert not unexpected
-    assert missing and all(NEW_KEYS[pe](k) for k in missing)
+    assert missing and all(any(is_new(k) for is_new in new)
+                           for k in missing)
     model.init_weights()  # through init_cfg, as training starts
     for key, value in state.items():
         assert torch.equal(model.state_dict()[key], value), key

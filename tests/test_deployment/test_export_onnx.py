@@ -3,7 +3,8 @@ onnxruntime equals PyTorch for the quick-start DETR-family detectors with
 mmpe's encoder position encodings (iRPE in DETR / Conditional DETR /
 DAB-DETR, RoPE-Mixed with integer or normalised coordinates), a
 padding-aware DETR with the CPVT backbone, and
-the CPVT / DeiT-iRPE / windowed (ViTDet) CPVT backbones alone, at the
+the CPVT / DeiT-iRPE / windowed (ViTDet) CPVT backbones alone (PEG, iRPE,
+RoPE-Mixed, ViTDet's learnable table + decomposed relative position), at the
 export size and at two others
 (one a batch with padded images); unsupported detectors are refused by
 name.
@@ -52,13 +53,22 @@ BACKBONES = {
     'cpvt-tiny-vitdet-irpe': 'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
     'cpvt-tiny-vitdet-rope-mixed':
     'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
+    'cpvt-tiny-vitdet-rel-pos': 'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
 }
 #: backbone arguments over the config's (windowed iRPE: the window grid's
-#: plan in the graph; RoPE-Mixed: full-grid tables cut into windows)
+#: plan in the graph; RoPE-Mixed: full-grid tables cut into windows;
+#: rel-pos, ViTDet's backbone: the window blocks' (4, 4) tables as they are,
+#: the global blocks' made for (5, 5) and resized to each grid in the graph)
 BACKBONE_OPTIONS = {
     'cpvt-tiny-vitdet-irpe': dict(pos_encoding='irpe'),
     'cpvt-tiny-vitdet-rope-mixed': dict(pos_encoding='rope-mixed'),
+    'cpvt-tiny-vitdet-rel-pos': dict(
+        pos_encoding=('learnable', 'rel-pos'),
+        rel_pos_cfg=dict(input_size=5)),
 }
+#: tables drawn after init_weights (std 0.5, as after training): ViTDet's
+#: zero init would make the relative term vanish from the comparison
+RANDOM_TABLES = {'cpvt-tiny-vitdet-rel-pos': '.rel_pos.'}
 # Export batch, then two other sizes; (B, H, W) and each image's valid (h, w)
 # (None: the whole batch). Detector inputs are multiples of 8 as the
 # configs' pad_size_divisor makes them; the backbone takes any size.
@@ -166,6 +176,11 @@ def exported_backbone(request, tmp_path_factory):
     backbone = MODELS.build(cfg.model.backbone)
     backbone.init_weights()
     backbone.eval()
+    if request.param in RANDOM_TABLES:
+        with torch.no_grad():
+            for name, param in backbone.named_parameters():
+                if RANDOM_TABLES[request.param] in name:
+                    param.normal_(0, 0.5)
     out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
     images, _ = _images(*BACKBONE_CASES['export-size'], None)
     export_backbone_onnx(backbone, out, images, optimize=False)

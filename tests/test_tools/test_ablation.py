@@ -92,6 +92,14 @@ def test_row_builds_what_it_says(study, name, config, options):
         assert bool(rpes) == (pe == 'irpe')
         assert bool(len(model.backbone.pegs)) == (pe == 'peg')
         assert bool(len(model.backbone.ropes)) == (pe == 'rope-mixed')
+        # rel-pos: the window blocks' tables for 4 x 4, the global ones' for
+        # the 16 x 16 pre-training grid
+        rel = [b.attn.rel_pos for b in model.backbone.blocks]
+        if pe == 'rel-pos':
+            assert [r.input_size for r in rel] == [
+                (w, w) if w else (16, 16) for w in windows]
+        else:
+            assert rel == [None] * 4
     elif study == 'irpe_tab1':
         method = name.split()[-1]
         assert rpes and all(r.method == method for r in rpes)
@@ -355,7 +363,7 @@ def test_vitdet_layout_rows_pair_every_encoding():
     rows = {name for name, _, _ in ablation.STUDIES['vitdet_layout']}
     assert rows == {f'{layout} {pe}' for layout in ('global', 'windowed')
                     for pe in ('none', 'peg', 'learnable', 'irpe',
-                               'rope-mixed')}
+                               'rope-mixed', 'rel-pos')}
     assert ablation.RES_TESTS['vitdet_layout'] == [('resize', 1.0),
                                                 ('resize', 2.0)]
 

@@ -75,6 +75,18 @@ def test_backbone_benchmark_failed_row_is_reported():
     assert 'relative' in rec['error'][-1] and 'ms' not in rec
 
 
+def test_backbone_benchmark_rel_pos_row():
+    """The 'rel-pos' choice builds and steps (windowed, global tables for
+    the benchmarked grid)."""
+    tool = _tool('backbone.py')
+    assert tool.parse_args(['--encodings', 'rel-pos']).encodings == [
+        'rel-pos']
+    args = tool.parse_args(['--quick'])
+    rec = tool._run_row(args, 's', (160, 224), 'windowed', 'rel-pos')
+    assert 'error' not in rec, rec
+    assert rec['grid'] == [10, 14] and rec['peak_mb'] >= rec['step_mb'] > 0
+
+
 def test_train_step_global_twin_with_memory(tmp_path):
     tool = _tool('train_step.py')
     config = 'configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py'

@@ -18,8 +18,10 @@ rows:
   costs inside windows alone.
 
 Encodings: ``peg`` (after block 0), ``learnable``, ``sine``, ``rope2d``,
-``rope-mixed`` and ``irpe`` (contextual product on keys, ratio 1.9, the iRPE
-authors' DeiT setting).
+``rope-mixed``, ``irpe`` (contextual product on keys, ratio 1.9, the iRPE
+authors' DeiT setting) and ``rel-pos`` (ViTDet's decomposed relative
+position; as in ViTDet, the global blocks' tables are made for the
+benchmarked grid, the window blocks' for the window).
 
 Every row runs in its own subprocess (``--child``), so that CPU memory is
 seen: the child builds the backbone and the batch, reads its resident size
@@ -61,7 +63,8 @@ if ROOT not in sys.path:
 from mmpe.utils.benchmark_helpers import (  # noqa: E402
     parse_image_size, resident_mb, write_json)
 ARCHS = {'s': 'small', 'b': 'base'}
-ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe')
+ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe',
+             'rel-pos')
 LAYOUTS = ('global', 'windowed', 'windows-only')
 BASELINE = 'windowed none'
 #: aims on CPU (windowed layout): the encoding's step time and step memory
@@ -93,13 +96,16 @@ def child(args: argparse.Namespace) -> dict:
     if args.encoding == 'irpe':
         kwargs['rpe_cfg'] = dict(mode='contextual', method='product',
                                  ratio=1.9, rpe_on='k')
+    height, width = args.size
+    if args.encoding == 'rel-pos':
+        kwargs['rel_pos_cfg'] = dict(input_size=(-(-height // 16),
+                                                 -(-width // 16)))
     if args.layout == 'windowed':
         kwargs.update(window_size=args.window,
                       global_blocks=global_blocks(args.depth))
     elif args.layout == 'windows-only':
         kwargs.update(window_size=args.window)
     model = CPVT(arch=arch, **kwargs).train()
-    height, width = args.size
     x = torch.randn(args.batch, 3, height, width)
     rss_before = resident_mb('VmRSS')
     times = []

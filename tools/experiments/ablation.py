@@ -27,8 +27,10 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
   attention in every block, for each position encoding of the plain ViT:
   the quick-start twin of the ViTDet configs (tiny CPVT Mask R-CNN, 4 x 4
   windows in blocks 0 and 2, padding-aware) with 'none' / 'peg' /
-  'learnable' / 'irpe' / 'rope-mixed', and the same with
-  ``window_size=0``; box and mask AP at 1x and 2x test size, training time
+  'learnable' / 'irpe' / 'rope-mixed' / 'rel-pos' (ViTDet's decomposed
+  relative position: window blocks' tables for 4 x 4, global blocks' for
+  the 16 x 16 grid of the config's ``img_size``, resized to each input),
+  and the same with ``window_size=0``; box and mask AP at 1x and 2x test size, training time
   and the training process's peak memory (RSS, the largest of it and its
   data workers);
 - ``encoder_pe_detr`` / ``encoder_pe_cond``: which position encoding a
@@ -149,7 +151,8 @@ STUDIES: Dict[str, List[tuple]] = {
          [f'model.backbone.pos_encoding={pe}'] +
          (['model.backbone.window_size=0'] if layout == 'global' else []))
         for layout in ('global', 'windowed')
-        for pe in ('none', 'peg', 'learnable', 'irpe', 'rope-mixed')
+        for pe in ('none', 'peg', 'learnable', 'irpe', 'rope-mixed',
+                   'rel-pos')
     ],
     'cpvt_seg': SEG_ROWS,
     'cpvt_seg_shape': SEG_ROWS,  # only the data differ (STUDY_DATA)

@@ -89,8 +89,9 @@ def parse_rel_pos_cfg(rel_pos_cfg: Optional[dict], encodings: Tuple[str, ...],
     if 'rel-pos' not in encodings:
         if rel_pos_cfg is not None:
             raise ValueError(
-                f"`rel_pos_cfg` is only used with 'rel-pos' in "
-                f'`pos_encoding`, got pos_encoding={encodings!r}')
+                f"`rel_pos_cfg` {rel_pos_cfg!r} is only used with 'rel-pos' "
+                f'in `pos_encoding`, got pos_encoding={encodings!r}; add '
+                "'rel-pos' to `pos_encoding` or leave `rel_pos_cfg` out")
         return None
     if use_cls_token:
         raise ValueError(
@@ -98,6 +99,10 @@ def parse_rel_pos_cfg(rel_pos_cfg: Optional[dict], encodings: Tuple[str, ...],
             'decomposed relative position has no entry for a class token '
             '(ViTDet has none); choose use_cls_token=False or another '
             f'encoding of {ATTENTION_ENCODINGS}')
+    if rel_pos_cfg is not None and not isinstance(rel_pos_cfg, dict):
+        raise ValueError(f'Unsupported `rel_pos_cfg` {rel_pos_cfg!r}, please '
+                         "give None or a dict with keys from ('input_size', "
+                         "'init')")
     cfg = dict(rel_pos_cfg or {})
     unknown = sorted(set(cfg) - {'input_size', 'init'})
     if unknown:

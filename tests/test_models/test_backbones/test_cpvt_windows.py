@@ -9,8 +9,12 @@ The reference (:class:`LoopWindows`) runs each window block as the global
 block (already tested against DeiT / timm and the iRPE authors) once per
 image and window, on the window's tokens inside the grid (a sub-grid of at
 most S x S), with the key mask of those tokens and the rows of the full-grid
-RoPE tables those tokens own.
+RoPE tables those tokens own. With ``'rel-pos'`` it runs on the whole
+``S x S`` window instead (zeros past the grid, masked keys): ViTDet pads
+each window to ``S x S``, and a window's tables (``2 S - 1`` rows) are read
+at the offsets on that grid, never resized to the part inside the grid.
 """
+import copy
 import os.path as osp
 import sys
 
@@ -38,6 +42,16 @@ ENCODINGS = {
     'irpe-qkv': dict(pos_encoding='irpe', rpe_cfg=dict(rpe_on='qkv')),
     'sine+peg+irpe': dict(pos_encoding=('sine', 'peg', 'irpe')),
 }
+#: the encodings recorded from the CPVT of before windows (RECORDED)
+RECORDED_ENCODINGS = tuple(ENCODINGS)
+ENCODINGS.update({
+    # global block 1: tables for the pre-training grid (4, 4), resized to
+    # the input's grid; window blocks 0 and 2: tables for (3, 3)
+    'rel-pos': dict(pos_encoding='rel-pos'),
+    # ViTDet's own backbone; tables made for another grid than the input's
+    'learnable+rel-pos': dict(pos_encoding=('learnable', 'rel-pos'),
+                              rel_pos_cfg=dict(input_size=(6, 5))),
+})
 _F64_ATOL = 1e-10  # float64: the same sums in another order
 RECORDED = osp.join(
     osp.dirname(__file__), 'fixtures', 'cpvt_global_outputs.pt')
@@ -50,7 +64,7 @@ def _model(window_size=WINDOW, seed=0, **kwargs):
         window_size=window_size, global_blocks=GLOBAL, **kwargs)
     with torch.no_grad():  # non-zero tables, as after training
         for name, param in model.named_parameters():
-            if 'rpe' in name or 'pos_embed' in name:
+            if 'rpe' in name or 'pos_embed' in name or 'rel_pos' in name:
                 param.normal_(0, 0.5)
     return model.double().eval()
 
@@ -63,7 +77,8 @@ class LoopWindows(torch.nn.Module):
     ``(hh, ww)`` sub-grid; the global block runs on it with its key mask and
     the RoPE rows of its tokens. A window whose tokens are all padding is
     left as it is (its tokens are padding: masked keys everywhere, zeroed
-    at the output).
+    at the output). A block with the decomposed relative position runs on
+    the whole ``S x S`` window (see :meth:`_whole_window`).
     """
 
     def __init__(self, block, window_size):
@@ -87,6 +102,13 @@ class LoopWindows(torch.nn.Module):
                         mask = key_padding_mask[b:b + 1, idx]
                         if mask.all():
                             continue
+                    if self.block.attn.rel_pos is not None:
+                        # window-local index of each token in the grid
+                        local = torch.tensor([(r - r0) * s + c - c0
+                                              for r in rows for c in cols])
+                        out[b, idx] = self._whole_window(
+                            x[b, idx], local, mask)
+                        continue
                     sub_rope = None
                     if rope is not None:
                         sub_rope = tuple(t[..., idx, :] for t in rope)
@@ -95,12 +117,31 @@ class LoopWindows(torch.nn.Module):
                                              sub_rope, mask)[0]
         return out
 
+    def _whole_window(self, tokens, local, mask):
+        """The block on one ``S x S`` window holding ``tokens`` (N, C) at
+        the window-local indices ``local``: zeros elsewhere, masked as keys
+        (with the batch padding ``mask`` (1, N) of the tokens), so the
+        tables are read at the offsets of the ``(S, S)`` grid."""
+        s = self.s
+        window = tokens.new_zeros(1, s * s, tokens.shape[-1])
+        window[0, local] = tokens
+        keys = torch.ones(1, s * s, dtype=torch.bool)
+        keys[0, local] = False if mask is None else mask[0]
+        return self.block(window, (s, s), None, keys)[0, local]
+
 
 def _reference(model, name):
     """The windowed ``model``'s weights in a global CPVT whose window
     blocks are :class:`LoopWindows`."""
-    ref = _model(window_size=0, **ENCODINGS[name])
-    ref.load_state_dict(model.state_dict(), strict=True)
+    if 'rel-pos' in name:
+        # the window blocks' tables are for (S, S), not the global grid of
+        # a model built without windows: a copy with global blocks
+        ref = copy.deepcopy(model)
+        for i, block in enumerate(ref.blocks):
+            block.window_size = 0 if i not in GLOBAL else block.window_size
+    else:
+        ref = _model(window_size=0, **ENCODINGS[name])
+        ref.load_state_dict(model.state_dict(), strict=True)
     for i in range(len(ref.blocks)):
         if i not in GLOBAL:
             ref.blocks[i] = LoopWindows(ref.blocks[i], WINDOW)
@@ -244,7 +285,7 @@ def record_global_outputs(path: str = RECORDED) -> None:
     tests/test_models/test_backbones/test_cpvt_windows.py --record``)."""
     x, mask = _recorded_input()
     record = {}
-    for name in ENCODINGS:
+    for name in RECORDED_ENCODINGS:
         model = _global_model(name)
         with torch.no_grad():
             record[name] = dict(
@@ -255,7 +296,7 @@ def record_global_outputs(path: str = RECORDED) -> None:
     torch.save(record, path)
 
 
-@pytest.mark.parametrize('name', ENCODINGS)
+@pytest.mark.parametrize('name', RECORDED_ENCODINGS)
 def test_window_size_zero_is_the_global_backbone(name):
     """Bit for bit: the same state dict and outputs as the model built
     without the new arguments, and the outputs recorded from the CPVT of
@@ -282,7 +323,7 @@ def test_window_size_zero_is_the_global_backbone(name):
                 zero_outs[-1], record[key], atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize('name', [n for n in ENCODINGS])
+@pytest.mark.parametrize('name', RECORDED_ENCODINGS)
 def test_global_checkpoints_load_into_windowed_models(name):
     """Windows add no parameter: a checkpoint of the global backbone (the
     recorded keys and shapes) loads strictly into a windowed one."""
@@ -319,6 +360,94 @@ def test_windows_with_class_token_are_refused_in_the_block():
     from mmpe.models.layers import ViTBlock
     with pytest.raises(ValueError, match='`window_size` 4 with skip=1'):
         ViTBlock(16, 2, window_size=4, skip=1)
+
+
+# ------------------------------------------------------------ rel-pos
+def test_rel_pos_tables_window_and_global_sizes():
+    """ViTDet: a window block's tables have ``2 S - 1`` rows, a global
+    block's ``2 h0 - 1`` / ``2 w0 - 1`` for ``input_size = (h0, w0)``
+    (default: the pre-training grid ``img_size // patch_size``)."""
+    head_dim = SMALL['embed_dims'] // SMALL['num_heads']
+    for cfg, (h0, w0) in ((None, (4, 4)), (dict(input_size=(6, 5)), (6, 5)),
+                          (dict(input_size=7), (7, 7))):
+        model = CPVT(arch=SMALL, patch_size=PATCH, img_size=32,
+                     pos_encoding='rel-pos', rel_pos_cfg=cfg,
+                     window_size=WINDOW, global_blocks=GLOBAL)
+        for i, block in enumerate(model.blocks):
+            rel = block.attn.rel_pos
+            rows = (2 * h0 - 1, 2 * w0 - 1) if i in GLOBAL else (
+                2 * WINDOW - 1, 2 * WINDOW - 1)
+            assert (rel.table_h.shape, rel.table_w.shape) == (
+                (rows[0], head_dim), (rows[1], head_dim)), i
+            assert rel.init == 'zeros'  # ViTDet's default
+            assert not rel.table_h.any() and not rel.table_w.any()
+    # without windows every block is global
+    model = CPVT(arch=SMALL, patch_size=PATCH, img_size=32,
+                 pos_encoding='rel-pos', rel_pos_cfg=dict(init='trunc_normal'))
+    assert {b.attn.rel_pos.table_h.shape[0] for b in model.blocks} == {7}
+    assert all(b.attn.rel_pos.table_w.any() for b in model.blocks)
+
+
+def _interpolate(table, length):
+    """ViTDet's resize (``get_rel_pos``): linear, half-pixel centres."""
+    return torch.nn.functional.interpolate(
+        table.t()[None], size=length, mode='linear',
+        align_corners=False)[0].t()
+
+
+def test_rel_pos_checkpoint_of_other_sizes_loads_resized():
+    """A checkpoint whose tables were made for other sizes (e.g. ViTDet's
+    64 x 64 global tables, windows of 14) loads strictly into CPVT, each
+    table resized linearly to the model's rows; the other weights as they
+    are."""
+    model = _model(**ENCODINGS['learnable+rel-pos'])
+    g = torch.Generator().manual_seed(5)
+    state = {k: torch.randn(v.shape, generator=g, dtype=v.dtype)
+             for k, v in model.state_dict().items()}
+    saved_rows = {0: (9, 9), 1: (13, 7), 2: (4, 4)}  # (table_h, table_w)
+    for i, (rh, rw) in saved_rows.items():
+        for name, rows in (('table_h', rh), ('table_w', rw)):
+            state[f'blocks.{i}.attn.rel_pos.{name}'] = torch.randn(
+                rows, 8, generator=g, dtype=torch.float64)
+    model.load_state_dict(dict(state), strict=True)
+    for key, value in model.state_dict().items():
+        if '.rel_pos.' in key:
+            # global block 1: input_size (6, 5); window blocks: (3, 3)
+            rows = {'blocks.1.attn.rel_pos.table_h': 11,
+                    'blocks.1.attn.rel_pos.table_w': 9}.get(key, 5)
+            assert value.shape[0] == rows, key
+            want = _interpolate(state[key], rows)
+            torch.testing.assert_close(value, want, atol=_F64_ATOL, rtol=0,
+                                       msg=key)
+        else:
+            assert torch.equal(value, state[key]), key
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    # two encodings inside attention: the argument, the value, the choices
+    (dict(pos_encoding=('irpe', 'rel-pos')),
+     r"`pos_encoding` \('irpe', 'rel-pos'\) combines more than one of "
+     r"\('rope2d', 'rope-mixed', 'irpe', 'rel-pos'\)"),
+    (dict(pos_encoding=('rel-pos', 'rope-mixed')),
+     r'`pos_encoding` .* combines more than one of'),
+    (dict(pos_encoding='peg', rel_pos_cfg=dict(input_size=4)),
+     r"`rel_pos_cfg` \{'input_size': 4\} is only used with 'rel-pos'.*"
+     r"pos_encoding=\('peg',\)"),
+    (dict(pos_encoding='rel-pos', rel_pos_cfg=dict(input_size=4, size=2)),
+     r"`rel_pos_cfg` keys \['size'\] are not used, please choose from "
+     r"\('input_size', 'init'\)"),
+    (dict(pos_encoding='rel-pos', rel_pos_cfg='zeros'),
+     r"`rel_pos_cfg` 'zeros'.*\('input_size', 'init'\)"),
+    (dict(pos_encoding='rel-pos', rel_pos_cfg=dict(input_size=(4, 0))),
+     r'`input_size` \(4, 0\).*int > 0'),
+    (dict(pos_encoding='rel-pos', rel_pos_cfg=dict(init='normal')),
+     r"`init` 'normal'.*\('zeros', 'trunc_normal'\)"),
+    (dict(pos_encoding=('learnable', 'rel-pos'), use_cls_token=True),
+     r"`use_cls_token=True` with 'rel-pos'.*use_cls_token=False"),
+])
+def test_bad_rel_pos_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CPVT(arch=SMALL, **kwargs)
 
 
 if __name__ == '__main__' and sys.argv[1:] == ['--record']:
