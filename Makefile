@@ -19,6 +19,10 @@ DEMO_FAST_WORK_DIR ?= work_dirs/demo-fast
 DEMO_SEG_CONFIG ?= configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py
 DEMO_SEG_WORK_DIR ?= work_dirs/demo-seg
 PYTEST_ARGS ?=
+# one intra-op thread per test process (and the tools the tests start): the
+# suite takes as long as with two on 2 cores, and on a machine busy with other
+# work OpenMP threads spinning against each other slow it many times over
+TEST_THREADS ?= 1
 DOCS_BUILD_DIR ?= docs/_build/html
 SPHINX_ARGS ?=
 
@@ -60,7 +64,7 @@ demo-seg: setup
 		--work-dir $(DEMO_SEG_WORK_DIR)/test
 
 test: setup-tests
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest tests $(PYTEST_ARGS)
 
 # the documentation tools go into the same .venv (autodoc imports mmpe, so
 # the site needs the runtime stack); pinned in requirements/docs.txt
