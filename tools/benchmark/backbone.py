@@ -18,8 +18,9 @@ rows:
   costs inside windows alone.
 
 Encodings: ``peg`` (after block 0), ``learnable``, ``sine``, ``rope2d``,
-``rope-mixed`` and ``irpe`` (contextual product on keys, ratio 1.9, the iRPE
-authors' DeiT setting).
+``rope-mixed``, ``irpe`` (contextual product on keys, ratio 1.9, the iRPE
+authors' DeiT setting) and ``rel-pos`` (ViTDet's decomposed relative
+position, default ``rel_pos_cfg``).
 
 Every row runs in its own subprocess (``--child``), so that CPU memory is
 seen: the child builds the backbone and the batch, reads its resident size
@@ -61,7 +62,8 @@ if ROOT not in sys.path:
 from mmpe.utils.benchmark_helpers import (  # noqa: E402
     parse_image_size, resident_mb, write_json)
 ARCHS = {'s': 'small', 'b': 'base'}
-ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe')
+ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe',
+             'rel-pos')
 LAYOUTS = ('global', 'windowed', 'windows-only')
 BASELINE = 'windowed none'
 #: aims on CPU (windowed layout): the encoding's step time and step memory
