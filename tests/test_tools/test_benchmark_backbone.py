@@ -59,6 +59,22 @@ def test_backbone_benchmark_windows_only_layout(tmp_path):
     assert rows['windows-only none']['x_time_layout'] == pytest.approx(1.0)
 
 
+def test_backbone_benchmark_rel_pos_rows(tmp_path):
+    """ViTDet's decomposed relative position is a row of its own, in both
+    layouts (no class token: it builds and steps)."""
+    tool = _tool('backbone.py')
+    assert 'rel-pos' in tool.ENCODINGS
+    out = tmp_path / 'bb.json'
+    tool.main(['--quick', '--sizes', '224x160', '--encodings', 'rel-pos',
+               '--out', str(out)])
+    rows = {r['row']: r for r in json.loads(out.read_text())['rows']}
+    assert list(rows) == ['global none', 'global rel-pos', 'windowed none',
+                          'windowed rel-pos']
+    for r in rows.values():
+        assert 'error' not in r and r['ms'] > 0
+    assert 'aim' not in rows['windowed rel-pos']  # the aim is iRPE's
+
+
 def test_backbone_benchmark_global_blocks_follow_vitdet():
     tool = _tool('backbone.py')
     assert tool.global_blocks(12) == (2, 5, 8, 11)
@@ -73,18 +89,6 @@ def test_backbone_benchmark_failed_row_is_reported():
     args = tool.parse_args(['--quick'])
     rec = tool._run_row(args, 's', (64, 64), 'windowed', 'relative')
     assert 'relative' in rec['error'][-1] and 'ms' not in rec
-
-
-def test_backbone_benchmark_rel_pos_row():
-    """The 'rel-pos' choice builds and steps (windowed, global tables for
-    the benchmarked grid)."""
-    tool = _tool('backbone.py')
-    assert tool.parse_args(['--encodings', 'rel-pos']).encodings == [
-        'rel-pos']
-    args = tool.parse_args(['--quick'])
-    rec = tool._run_row(args, 's', (160, 224), 'windowed', 'rel-pos')
-    assert 'error' not in rec, rec
-    assert rec['grid'] == [10, 14] and rec['peak_mb'] >= rec['step_mb'] > 0
 
 
 def test_train_step_global_twin_with_memory(tmp_path):

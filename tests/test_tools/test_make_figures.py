@@ -121,6 +121,27 @@ def test_attention_figure_draws_the_published_benchmark():
             assert row['peak_mb'][g] == float(peak), (row['name'], grid)
 
 
+def test_attention_long_figure_draws_the_published_tables():
+    """docs/data/attention_long.json is the run the long-sequence tables of
+    docs/benchmark.md print (ms, ratio to the fused path, tensor peak)."""
+    with open(osp.join(DATA, 'attention_long.json')) as f:
+        data = json.load(f)
+    heads = {'vit-s': '6 x 64', 'detr': '8 x 32'}
+    assert {(g['length'], g['cfg']) for g in data['groups']} == {
+        (n, c) for n in (1050, 4096, 8192) for c in heads}
+    for g in data['groups']:
+        h, w = g['grid']
+        table = published_table(
+            'benchmark.md', f"**L = {g['length']} ({h} x {w}), {g['cfg']} "
+            f"heads ({heads[g['cfg']]}), batch {g['batch']}**")
+        table.pop('row')  # the header
+        assert list(table) == [r['name'] for r in g['rows']]
+        for r in g['rows']:
+            ms, x, _, peak = table[r['name']][:4]
+            assert round(r['fwd_bwd_ms']) == int(ms), r['name']
+            assert f"{r['x']:.2f}" == x and round(r['peak_mb']) == int(peak)
+
+
 def _rows_by_grid(grid: str):
     # the grids table's first cell is the grid, the second the row name
     with open(osp.join(ROOT, 'docs', 'benchmark.md')) as f:
@@ -154,7 +175,8 @@ def test_row_stats_is_the_sample_std_over_seeds():
 
 def test_draws_every_data_figure_and_skips_missing_inputs(tmp_path):
     names = ['demo_curves', 'encoder_pe_scales', 'seg_scales',
-             'attention_vs_length', 'demo_loss', 'irpe_buckets']
+             'attention_vs_length', 'attention_long', 'demo_loss',
+             'irpe_buckets']
     written = make_figures.main(['--out-dir', str(tmp_path), '--only',
                                  *names])
     assert sorted(osp.basename(p) for p in written) == sorted(
