@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dinov3_reference import dinov3_coords
 from mmpe.models.backbones import CPVT
 from test_cpvt_windows import (GLOBAL, PATCH, RECORDED, SMALL, WINDOW,
                                LoopWindows, _global_model, _recorded_input)
@@ -45,19 +46,6 @@ def _model(kind, window_size=0, seed=0, **rope_cfg):
 # --------------------------------------------------------------------------
 # the reference: DINOv3's positions and the tables' formulas, image alone
 # --------------------------------------------------------------------------
-def dinov3_coords(h, w, normalize):
-    """``(h * w, 2)`` positions ``(y, x)`` of an ``(h, w)`` grid, one
-    token at a time: ``2 (i + 0.5) / n - 1`` per axis (DINOv3)."""
-    n = dict(separate=(h, w), max=(max(h, w), ) * 2,
-             min=(min(h, w), ) * 2)[normalize]
-    out = torch.empty(h * w, 2, dtype=torch.float64)
-    for r in range(h):
-        for c in range(w):
-            out[r * w + c, 0] = 2 * (r + 0.5) / n[0] - 1
-            out[r * w + c, 1] = 2 * (c + 0.5) / n[1] - 1
-    return out
-
-
 def rope2d_reference(coords, head_dim, theta):
     """DINOv3's axial table: pair j of ``Q = D / 4`` per axis turns by
     ``2 pi p / theta ** (j / Q)``, in the channel layout of

@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 
+from dinov3_reference import dinov3_coords
 from mmpe.models.layers import RoPE2D, RoPEMixed, apply_rope2d
 from mmpe.models.layers.rope_coords import (NORMALIZED_SCALE, RoPECoords,
                                             augment_coords, index_coords,
@@ -24,19 +25,6 @@ _F64_ATOL = 1e-12  # float64, a few divisions
 _F32_ATOL = 1e-6  # float32 coordinates in [-2, 2]: a few ulps
 # float32 angles up to 2 pi * 2 (rescale 2): cos/sin of rounded angles
 _TRIG_ATOL = 1e-5
-
-
-def _dinov3_coords(h, w, normalize):
-    """DINOv3's ``coords`` (h * w, 2) of an (h, w) grid, one token at a
-    time: ``c = 2 (i + 0.5) / n - 1`` per axis, rows first."""
-    n = dict(separate=(h, w), max=(max(h, w), ) * 2,
-             min=(min(h, w), ) * 2)[normalize]
-    out = torch.empty(h * w, 2, dtype=torch.float64)
-    for r in range(h):
-        for c in range(w):
-            out[r * w + c, 0] = 2 * (r + 0.5) / n[0] - 1
-            out[r * w + c, 1] = 2 * (c + 0.5) / n[1] - 1
-    return out
 
 
 def _padding_mask(shapes, hw):
@@ -60,7 +48,7 @@ def test_normalized_coords_equal_dinov3_per_image(normalize):
     assert got.shape == (4, 63, 2)
     for i, (rows, cols) in enumerate(shapes):
         grid = got[i].view(7, 9, 2)
-        want = _dinov3_coords(rows, cols, normalize).view(rows, cols, 2)
+        want = dinov3_coords(rows, cols, normalize).view(rows, cols, 2)
         torch.testing.assert_close(grid[:rows, :cols], want,
                                    atol=_F64_ATOL, rtol=0)
         # the padded rows / columns keep the image's spacing
