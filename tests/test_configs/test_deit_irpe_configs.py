@@ -17,6 +17,7 @@ from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
 
 import mmpe  # noqa: F401
+from vit_layout import timm_vit_shapes
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 COCO = 'configs/mask-rcnn_deit-s-irpe_fpn_1x_coco.py'
@@ -79,24 +80,9 @@ def _authors_deit_s():
     on keys (skip 1): 384 dims, 12 blocks, 6 heads of 64, tables
     (1, 64, 7 * 7 + 1), a 1000-class head."""
     dims, nb = 384, 7 * 7 + 1
-    sd = {
-        'cls_token': (1, 1, dims),
-        'pos_embed': (1, 1 + 14 * 14, dims),
-        'patch_embed.proj.weight': (dims, 3, 16, 16),
-        'patch_embed.proj.bias': (dims, ),
-        'norm.weight': (dims, ),
-        'norm.bias': (dims, ),
-        'head.weight': (1000, dims),
-        'head.bias': (1000, ),
-    }
+    sd = timm_vit_shapes(dims)
+    sd.update({'head.weight': (1000, dims), 'head.bias': (1000, )})
     for i in range(12):
-        for name, shape in (('norm1', (dims, )), ('norm2', (dims, )),
-                            ('attn.qkv', (3 * dims, dims)),
-                            ('attn.proj', (dims, dims)),
-                            ('mlp.fc1', (4 * dims, dims)),
-                            ('mlp.fc2', (dims, 4 * dims))):
-            sd[f'blocks.{i}.{name}.weight'] = shape
-            sd[f'blocks.{i}.{name}.bias'] = shape[:1]
         sd[f'blocks.{i}.attn.rpe_k.lookup_table_weight'] = (1, 64, nb)
     return {k: torch.randn(s) for k, s in sd.items()}
 

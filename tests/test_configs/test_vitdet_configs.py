@@ -16,6 +16,7 @@ from mmengine.optim import build_optim_wrapper
 from config_steps import detection_train_step, weight_decays
 from mmdet.registry import MODELS
 from mmpe.models.utils.timm_vit import timm_vit_to_cpvt
+from vit_layout import timm_vit_shapes
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 COCO = sorted(
@@ -141,20 +142,7 @@ def test_no_weight_decay_on_norms_and_position_parameters(name):
 def _mae_vit_layout(dims, depth=12, grid=14):
     """Random weights with the names and shapes of a timm / MAE / DeiT ViT
     (class token, table of 1 + 14 * 14 rows, 12 blocks, final norm)."""
-    sd = {
-        'cls_token': (1, 1, dims), 'pos_embed': (1, 1 + grid * grid, dims),
-        'patch_embed.proj.weight': (dims, 3, 16, 16),
-        'patch_embed.proj.bias': (dims, ), 'norm.weight': (dims, ),
-        'norm.bias': (dims, )
-    }
-    for i in range(depth):
-        for name, shape in (('norm1', (dims, )), ('norm2', (dims, )),
-                            ('attn.qkv', (3 * dims, dims)),
-                            ('attn.proj', (dims, dims)),
-                            ('mlp.fc1', (4 * dims, dims)),
-                            ('mlp.fc2', (dims, 4 * dims))):
-            sd[f'blocks.{i}.{name}.weight'] = shape
-            sd[f'blocks.{i}.{name}.bias'] = shape[:1]
+    sd = timm_vit_shapes(dims, depth, grid)
     return {k: torch.randn(s) for k, s in sd.items()}
 
 

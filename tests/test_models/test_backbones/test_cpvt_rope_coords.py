@@ -28,6 +28,7 @@ from dinov3_reference import dinov3_coords
 from mmpe.models.backbones import CPVT
 from test_cpvt_windows import (GLOBAL, PATCH, RECORDED, SMALL, WINDOW,
                                LoopWindows, _global_model, _recorded_input)
+from test_cpvt_windows import _padded_batch as windows_padded_batch
 
 _F64_ATOL = 1e-10  # float64: the same sums in another order
 NORMALIZE = ('separate', 'max', 'min')
@@ -106,14 +107,9 @@ def reference_forward(ref, x, normalize, theta=None):
 
 
 def _padded_batch():
-    """Two images padded to 40 x 56 px: grids (5, 7) and (4, 4) (the second
-    ends inside a patch; neither whole 3 x 3 windows), zeros on padding."""
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(2, 3, 40, 56, generator=g, dtype=torch.float64)
-    mask = torch.zeros(2, 40, 56, dtype=torch.bool)
-    mask[1, 29:] = True
-    mask[1, :, 30:] = True
-    x[mask[:, None].expand_as(x)] = 0
+    """The windows tests' padded batch (grids (5, 7) and (4, 4)) and each
+    image's valid size in pixels."""
+    x, mask = windows_padded_batch()
     return x, mask, [(40, 56), (29, 30)]
 
 
