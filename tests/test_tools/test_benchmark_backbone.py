@@ -2,22 +2,15 @@
 per subprocess, ratios to 'windowed none', the aims checked) and
 tools/benchmark/train_step.py's global twin and memory mode. Small runs;
 nothing here depends on how fast a row is."""
-import importlib.util
 import json
-import os.path as osp
 
 import pytest
 
-ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
+from test_benchmark_and_visualisers import _tool as _script
 
 
 def _tool(name):
-    path = osp.join(ROOT, 'tools', 'benchmark', name)
-    spec = importlib.util.spec_from_file_location(
-        'mmpe_bench_' + name.replace('.py', ''), path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script('benchmark', name)
 
 
 def test_backbone_benchmark_rows_and_ratios(tmp_path):

@@ -5,23 +5,20 @@ The expected numbers are read from the published tables (docs/results.md,
 docs/benchmark.md), not from the data files, so a transcription error or a
 figure that recomputed a mean differently fails here.
 """
-import importlib.util
 import json
 import os.path as osp
 
 import numpy as np
 import pytest
 
+from test_benchmark_and_visualisers import _tool as _script
+
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 DATA = osp.join(ROOT, 'docs', 'data')
 
 
 def _load_tool():
-    path = osp.join(ROOT, 'tools', 'analysis', 'make_figures.py')
-    spec = importlib.util.spec_from_file_location('make_figures', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script('analysis', 'make_figures.py')
 
 
 make_figures = _load_tool()
