@@ -1,7 +1,35 @@
 """Install mmpe: position encodings for vision transformers in MMDetection 3.x."""
+import os
 import os.path as osp
+import platform
 
 from setuptools import find_packages, setup
+
+
+def get_extensions() -> tuple:
+    """mmpe's compiled CPU kernel (``mmpe._ext``), built against the
+    installed torch (``pip install --no-build-isolation``, as
+    tools/setup_env.sh does). Optional: without a compiler mmpe installs
+    and its attention uses the pure-PyTorch backends.
+
+    ``-fno-math-errno -fno-trapping-math`` (torch's own flags) let the
+    compiler vectorise the kernel's exp; ``-march=native`` (x86_64, unless
+    ``MMPE_NATIVE_ARCH=0``) targets the CPU the build runs on, as a source
+    build of mmcv's ops does.
+    """
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except ImportError:  # no torch at build time: pure Python
+        return [], {}
+    flags = ['-O3', '-fopenmp', '-fno-math-errno', '-fno-trapping-math']
+    if platform.machine() in ('x86_64', 'AMD64') and os.environ.get(
+            'MMPE_NATIVE_ARCH', '1') != '0':
+        flags.append('-march=native')
+    ext = CppExtension(
+        'mmpe._ext', ['mmpe/csrc/fused_attention_cpu.cpp'],
+        extra_compile_args=flags, extra_link_args=['-fopenmp'],
+        optional=True)
+    return [ext], {'build_ext': BuildExtension}
 
 
 def get_version() -> str:
@@ -18,6 +46,8 @@ def parse_requirements(fname: str) -> list:
         return [line for line in lines if line]
 
 
+ext_modules, cmdclass = get_extensions()
+
 setup(
     name='mmpe',
     version=get_version(),
@@ -31,5 +61,7 @@ setup(
     install_requires=parse_requirements('runtime.txt') + ['mmcv>=2.0.0rc4,<2.2.0'],
     extras_require={'tests': parse_requirements('tests.txt')},
     license='Apache License 2.0',
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
     zip_safe=False,
 )

@@ -18,7 +18,8 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 EXTRA="${1:-}"
 
 hash_inputs() {
-    cat "$ROOT"/requirements/*.txt "$ROOT/tools/setup_env.sh" "$ROOT/setup.py" | sha256sum | cut -c1-16
+    cat "$ROOT"/requirements/*.txt "$ROOT/tools/setup_env.sh" "$ROOT/setup.py" \
+        "$ROOT"/mmpe/csrc/*.cpp | sha256sum | cut -c1-16
 }
 STAMP="$VENV/.mmpe-setup-${EXTRA:-runtime}-$(hash_inputs)"
 if [ -f "$STAMP" ]; then
@@ -87,6 +88,11 @@ nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
 print(f'[setup] torch {torch.__version__}, mmengine {mmengine.__version__}, '
       f'mmcv {mmcv.__version__} (ops ok), mmdet {mmdet.__version__}, '
       f'mmseg {mmseg.__version__}')
+from mmpe.models.layers.fused_attention import fused_unavailable_reason
+reason = fused_unavailable_reason()
+print('[setup] mmpe fused CPU attention kernel: '
+      + ('built' if reason is None else f'NOT available: {reason}; the '
+         'attention falls back to the PyTorch backends'))
 PY
 if [ "$EXTRA" = "tests" ]; then
     (cd "$ROOT/tests" && "$VENV/bin/python" -c "

@@ -11,7 +11,7 @@ import torch
 #: Where iRPE can go inside one attention.
 RPE_ON_CHOICES = ('q', 'k', 'v', 'qk', 'kv', 'qv', 'qkv')
 #: How an attention computes (see :class:`~mmpe.models.layers.PEAttention`).
-ATTN_IMPL_CHOICES = ('auto', 'explicit', 'chunked', 'sdpa', 'flex')
+ATTN_IMPL_CHOICES = ('auto', 'explicit', 'chunked', 'fused', 'sdpa', 'flex')
 
 
 def check_choice(name: str, value, choices: tuple) -> None:

@@ -46,11 +46,39 @@ registered under its ``kind`` with :func:`register_term`.
 """
 import functools
 import json
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
 
 from torch import Tensor
 
 Rows = Optional[Tuple[int, int]]
+
+
+class AxisValues(NamedTuple):
+    """A logit term as per-query values over per-axis buckets.
+
+    ``T[i, j] = values[i, u * col_buckets + v]`` (``'product'``) or
+    ``values[i, u] + values[i, row_buckets + v]`` (``'cross'``), with
+    ``u = rows[iy, jy]`` and ``v = cols[ix, jx]`` for the query ``i = (iy,
+    ix)`` and the key ``j = (jy, jx)`` of the grid: the form the fused CPU
+    kernel (:mod:`~mmpe.models.layers.fused_attention`) reads.
+
+    Attributes:
+        values (Tensor): Broadcastable to (B, H, L, buckets), in the
+            attention's dtype; differentiable (its gradient flows on to the
+            term's tensors through autograd).
+        rows (Tensor): (h, h) long, row-axis bucket of each (iy, jy).
+        cols (Tensor): (w, w) long, column-axis bucket of each (ix, jx).
+        layout (str): ``'product'`` or ``'cross'``.
+        row_buckets (int): ``Sy``.
+        col_buckets (int): ``Sx``.
+    """
+
+    values: Tensor
+    rows: Tensor
+    cols: Tensor
+    layout: str
+    row_buckets: int
+    col_buckets: int
 
 #: ``kind`` -> term class, see :func:`register_term`
 TERM_KINDS: Dict[str, Type['RelativeTerm']] = {}
@@ -116,6 +144,17 @@ class RelativeTerm:
     def dense(self) -> Tuple[Tensor, bool]:
         """``T`` broadcastable to (B, H, L, L), and whether it is a fresh
         buffer of this call (which its consumer may add into)."""
+        raise NotImplementedError
+
+    @property
+    def axis_layout(self) -> Optional[str]:
+        """``'product'`` / ``'cross'`` when :meth:`axis_values` describes the
+        term (cheap to ask; it computes nothing), else None."""
+        return None
+
+    def axis_values(self) -> AxisValues:
+        """The term as :class:`AxisValues` (only where :attr:`axis_layout`
+        is not None), for the fused CPU kernel."""
         raise NotImplementedError
 
     # -- value terms -----------------------------------------------------

@@ -20,8 +20,9 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .attention_terms import RelativeTerm, Rows, register_term
-from .irpe_plans import Expand, ExpandAdd, ProductPlan, Reduce, get_plan
+from .attention_terms import AxisValues, RelativeTerm, Rows, register_term
+from .irpe_plans import (CrossPlan, Expand, ExpandAdd, ProductPlan, Reduce,
+                         get_plan)
 from .tracing import is_tracing
 
 
@@ -257,6 +258,28 @@ class IRPETerm(RelativeTerm):
         b, h, length = lookup.shape[:3]
         term = self.expand(lookup.reshape(b * h, length, -1))
         return term.view(b, h, length, length), True
+
+    @property
+    def axis_layout(self) -> Optional[str]:
+        """The product and cross methods on keys without skip tokens: the
+        query's values over per-axis buckets (Eq. 27's lookup, or the bias
+        table)."""
+        method = self._spec['method']
+        if self.on != 'k' or self.skip or method not in ('product', 'cross'):
+            return None
+        return method
+
+    def axis_values(self) -> AxisValues:
+        plan = self.plan
+        if self.mode == 'bias':
+            values = self.tensors[0][None, :, None, :]  # (1, H', 1, nb)
+        else:
+            values = self._lookup(None)  # (B, H, L, nb)
+        values = self._spatial_values(values)
+        cross = isinstance(plan, CrossPlan)
+        return AxisValues(values, plan.tables['rows'], plan.tables['cols'],
+                          'cross' if cross else 'product', plan.side,
+                          plan.col_side if cross else plan.side)
 
     def add_rows(self, logits: Tensor, rows: Rows) -> Tensor:
         if self.mode == 'bias':

@@ -36,6 +36,8 @@ from .arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES, check_choice,
 from .attention_ops import attention_probs, constant_bias
 from .attention_terms import RelativeTerm, split_terms
 from .chunked_attention import relative_attention
+from .fused_attention import (FUSED_DTYPES, fused_attention,
+                              fused_unavailable_reason)
 from .irpe import iRPE
 from .irpe_flex import (FLEX_DTYPES, flex_unsupported_reason,
                         irpe_flex_attention)
@@ -74,9 +76,11 @@ class PEAttention(BaseModule):
             - ``'auto'``: when no gradient flows into the iRPE terms and
               there is no iRPE on values (inference, frozen tables), the
               terms are a constant float mask of
-              ``F.scaled_dot_product_attention``. Otherwise ``'explicit'``
-              below :data:`AUTO_CHUNKED_FROM` tokens, and from there on
-              ``'chunked'`` (on CUDA ``'flex'`` where it applies).
+              ``F.scaled_dot_product_attention``. Otherwise, on CPU,
+              ``'fused'`` where it applies (at every length), else
+              ``'explicit'`` below :data:`AUTO_CHUNKED_FROM` tokens and
+              ``'chunked'`` from there on (on CUDA ``'flex'`` where it
+              applies).
             - ``'explicit'``: logits ``(B, H, L, L)``, the iRPE terms added
               into them in place, softmax, ``@ v`` (+ iRPE on values), kept
               for autograd's backward; inference as ``'auto'``.
@@ -86,6 +90,17 @@ class PEAttention(BaseModule):
               ``(B, H, L, L)`` tensor kept, in training and inference.
               Its attention dropout draws its own masks (redrawn, not
               stored, for the backward).
+            - ``'fused'``: mmpe's CPU kernel
+              (:mod:`~mmpe.models.layers.fused_attention`): logits, term,
+              mask and softmax of a cache-sized block of query rows in one
+              pass, a backward that recomputes the blocks from the rows'
+              log-sum-exp; no ``(L, L)`` tensor, the time of fused
+              attention up to the term. For one logit term over per-axis
+              buckets: iRPE product / cross on keys (contextual or bias),
+              or the decomposed relative position; CPU, float32 / float64,
+              no skip tokens, no attention dropout while training. Where it
+              does not apply the call runs ``'chunked'`` with a warning,
+              once per module.
             - ``'sdpa'``: the iRPE terms (with their gradient) materialised
               as the float mask of ``F.scaled_dot_product_attention``.
               iRPE on values is not possible there (it needs the
@@ -284,9 +299,14 @@ class PEAttention(BaseModule):
             x.requires_grad for term in terms for x in term.tensors)
         flex_ok = (q.device.type == 'cuda' and rope is None
                    and self._flex_reason(q, k, v, attn_mask) is None)
-        if impl == 'chunked' and is_exporting():
+        if impl in ('chunked', 'fused') and is_exporting():
             impl = 'explicit'  # exported graphs hold standard ops only
-        backend = self.select_backend(q.shape[2], needs_grad, flex_ok, impl)
+        fused_reason = self._fused_reason(q, terms)
+        if impl == 'fused' and fused_reason is not None:
+            self._warn_once(f"{type(self).__name__} attn_impl='fused' falls "
+                            f'back to the chunked backend: {fused_reason}')
+        backend = self.select_backend(q.shape[2], needs_grad, flex_ok, impl,
+                                      fused_reason is None)
         if backend == 'flex':  # 'auto' on CUDA
             out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
                              height, width, False)
@@ -298,6 +318,9 @@ class PEAttention(BaseModule):
                               scale, needs_grad)
         mask = additive_mask(attn_mask, key_padding_mask, q)
         q_logits = qs if rope is None else q * scale
+        if backend == 'fused':
+            return fused_attention(q_logits, k, v, mask,
+                                   terms[0].axis_values())
         if backend == 'chunked':
             return relative_attention(q_logits, k, v, mask, terms, height,
                                       width, self.chunk_size or 0,
@@ -318,7 +341,8 @@ class PEAttention(BaseModule):
                        length: int,
                        needs_grad: bool,
                        flex_ok: bool = False,
-                       impl: Optional[str] = None) -> str:
+                       impl: Optional[str] = None,
+                       fused_ok: bool = False) -> str:
         """The backend that runs a call (the rule of ``attn_impl``).
 
         Args:
@@ -330,17 +354,25 @@ class PEAttention(BaseModule):
                 reads it. Defaults to False.
             impl (str, optional): The ``attn_impl`` to apply; None: the
                 module's. Defaults to None.
+            fused_ok (bool): Whether mmpe's fused CPU kernel applies to the
+                call (``_fused_reason``); ``'auto'`` and ``'fused'`` read
+                it. Defaults to False.
 
         Returns:
-            str: ``'sdpa'``, ``'explicit'``, ``'chunked'`` or ``'flex'``.
+            str: ``'sdpa'``, ``'explicit'``, ``'chunked'``, ``'fused'`` or
+            ``'flex'``.
         """
         impl = self.attn_impl if impl is None else impl
         if not self.has_relative_terms:
             return 'sdpa'
+        if impl == 'fused':
+            return 'fused' if fused_ok else 'chunked'
         if impl in ('sdpa', 'flex', 'chunked'):
             return impl
         if self.rpe_v is None and not needs_grad:
             return 'sdpa'  # the terms as a constant mask of the fused kernel
+        if impl == 'auto' and fused_ok:
+            return 'fused'
         if impl == 'explicit' or length < AUTO_CHUNKED_FROM:
             return 'explicit'
         return 'flex' if flex_ok and self.rpe_v is None else 'chunked'
@@ -473,6 +505,25 @@ class PEAttention(BaseModule):
                 rpe.table.requires_grad
                 for rpe in (self.rpe_k, self.rpe_q) if rpe is not None))
         return flex_unsupported_reason(q.device, requires_grad)
+
+    def _fused_reason(self, q: Tensor,
+                      terms: Sequence[RelativeTerm]) -> Optional[str]:
+        """Why the fused CPU kernel does not apply to this call, or None."""
+        reason = fused_unavailable_reason()
+        if reason is not None:
+            return reason
+        if q.device.type != 'cpu':
+            return f'it runs on CPU, not {q.device.type}'
+        if q.dtype not in FUSED_DTYPES:
+            return f'dtype {q.dtype} is not supported'
+        if self.training and self.attn_drop_prob > 0:
+            return 'attention dropout is not supported'
+        if len(terms) != 1 or terms[0].target != 'logits' or (
+                terms[0].axis_layout is None):
+            return ('it takes one logit term over per-axis buckets (iRPE '
+                    'product / cross on keys without skip tokens, or the '
+                    'decomposed relative position)')
+        return None
 
     def _warn_once(self, msg: str) -> None:
         if msg not in self._warned:

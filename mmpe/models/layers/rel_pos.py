@@ -54,7 +54,7 @@ from mmengine.model import BaseModule
 from torch import Tensor, nn
 
 from .arg_checks import check_choice, check_grid, check_positive_int
-from .attention_terms import RelativeTerm, Rows, register_term
+from .attention_terms import AxisValues, RelativeTerm, Rows, register_term
 from .irpe_plans import Expand, get_offset_plan
 from .irpe_terms import bucket_lookup, lookup_backward
 
@@ -139,6 +139,18 @@ class DecomposedRelPosTerm(RelativeTerm):
 
     def add_rows(self, logits: Tensor, rows: Rows) -> Tensor:
         return logits.add_(self._term(rows))
+
+    @property
+    def axis_layout(self) -> Optional[str]:
+        """Always ``'cross'``: the row-axis then the column-axis lookups."""
+        return 'cross'
+
+    def axis_values(self) -> AxisValues:
+        x, table = self.tensors
+        plan = self.plan
+        return AxisValues(bucket_lookup(x, table, True), plan.tables['rows'],
+                          plan.tables['cols'], 'cross', plan.side,
+                          plan.col_side)
 
     def backward_rows(self, grad: Tensor, rows: Tuple[int, int],
                       grads: List[Tensor], probs: Optional[Tensor] = None,

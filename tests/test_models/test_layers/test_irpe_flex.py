@@ -257,8 +257,8 @@ def test_masked_softmax_gradcheck(monkeypatch, inplace):
 
 
 def test_bad_attn_impl_names_the_choices():
-    with pytest.raises(ValueError, match=r"attn_impl.*'fused'.*'explicit'.*'sdpa'.*'flex'"):
-        iRPEMultiheadAttention(32, 4, rpe_cfg={}, attn_impl='fused')
+    with pytest.raises(ValueError, match=r"attn_impl.*'fast'.*'explicit'.*'fused'.*'sdpa'.*'flex'"):
+        iRPEMultiheadAttention(32, 4, rpe_cfg={}, attn_impl='fast')
 
 
 @pytest.mark.slow

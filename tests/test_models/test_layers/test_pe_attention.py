@@ -126,8 +126,8 @@ def test_bad_arguments_name_the_value_and_choices():
     with pytest.raises(ValueError, match=r"rpe_on.*'kv'.*'sdpa'"):
         PEAttention(16, 2, rpe_cfg={}, rpe_on='kv', attn_impl='sdpa')
     with pytest.raises(ValueError,
-                       match=r"attn_impl.*'fused'.*'auto'.*'chunked'"):
-        PEAttention(16, 2, attn_impl='fused')
+                       match=r"attn_impl.*'fast'.*'auto'.*'chunked'.*'fused'"):
+        PEAttention(16, 2, attn_impl='fast')
     with pytest.raises(ValueError, match=r'chunk_size.*0.*int > 0'):
         PEAttention(16, 2, rpe_cfg={}, chunk_size=0)
     with pytest.raises(ValueError, match=r'rpe_cfg.skip.*2.*skip.*1'):

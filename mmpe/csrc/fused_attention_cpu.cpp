@@ -1,0 +1,384 @@
+// Fused CPU attention with a relative term over per-axis buckets.
+//
+// For scaled queries q, keys k, values v (B, H, L, d) of an h x w token grid
+// (L = h * w) it computes, one block of query rows at a time,
+//
+//   e_ij = q_i . k_j + T_ij + m_ij,   p_ij = softmax_j(e_ij),   o_i = sum_j p_ij v_j
+//
+// where the relative term T is read from per-query values c_i over per-axis
+// buckets, u = ry(iy, jy) and v = rx(ix, jx) (the tables `rows` (h, h) and
+// `cols` (w, w)):
+//
+//   product:  T_ij = c_i[u * Sx + v]     (iRPE's product method, Wu et al.
+//                                         ICCV 2021, Eq. 16 with Eq. 27)
+//   cross:    T_ij = c_i[u] + c_i[Sy + v] (iRPE's cross method; ViTDet's /
+//                                         MViTv2's decomposed relative
+//                                         position with plain offsets)
+//
+// and m is an additive mask. The forward saves the row log-sum-exp; the
+// backward recomputes each block's probabilities from it and gives dq, dk, dv
+// and the gradient of the values, dc_i[b] = sum_{j: b(i, j) = b} dE_ij with
+// dE = P * (dP - rowsum(dO * O)). Each block of R query rows against all
+// keys stays in the core's cache (R * L elements); the logits, the term, the
+// mask and the softmax are one pass over it, and no (L, L) tensor exists.
+// The matrix products go through ATen (MKL / oneDNN on the block views).
+#include <ATen/Parallel.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+// exp(x) for float, Cephes' expf (range reduction by ln 2, degree-6
+// polynomial, about 1 ulp), written so that the loops calling it vectorise;
+// exp(-inf) = 0 (masked keys), NaN stays NaN.
+inline float exp_impl(float x) {
+  const float lo = -87.3365447f;  // below: 0 (a denormal or 0 in expf too)
+  const float hi = 88.7228394f;
+  const float xc = std::min(std::max(x, lo), hi);
+  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float y =
+      p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  // NaN in, NaN out (a fully masked row, as the explicit backend gives)
+  return x < lo ? 0.0f : (x == x ? y : x);
+}
+
+inline double exp_impl(double x) { return std::exp(x); }
+
+// The geometry of the term: per-axis bucket tables and the values layout.
+struct Geometry {
+  const int64_t* rows;  // (h, h): ry(iy, jy)
+  const int64_t* cols;  // (w, w): rx(ix, jx)
+  int64_t h, w, sy, sx;
+  bool product;
+};
+
+// A (B, H, L, n) tensor read through its strides (last stride 1).
+template <typename T>
+struct Strided4 {
+  const T* data;
+  int64_t sb, sh, si;
+  const T* row(int64_t b, int64_t hd, int64_t i) const {
+    return data + b * sb + hd * sh + i * si;
+  }
+};
+
+template <typename T>
+Strided4<T> strided4(const at::Tensor& t) {
+  return {t.data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// s[j] += T_ij (+ m_ij) for the query i, over all L keys. `pat` is scratch
+// of sy * w (product) or w (cross) elements.
+template <typename T>
+void add_term_row(T* s, const T* c, const T* mask, int64_t i,
+                  const Geometry& g, T* pat) {
+  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
+  const int64_t* ry = g.rows + iy * g.h;
+  const int64_t* rx = g.cols + ix * w;
+  if (g.product) {
+    for (int64_t u = 0; u < g.sy; ++u) {
+      const T* cu = c + u * g.sx;
+      T* pu = pat + u * w;
+      for (int64_t jx = 0; jx < w; ++jx) pu[jx] = cu[rx[jx]];
+    }
+    for (int64_t jy = 0; jy < g.h; ++jy) {
+      const T* pu = pat + ry[jy] * w;
+      T* sr = s + jy * w;
+      if (mask) {
+        const T* mr = mask + jy * w;
+#pragma omp simd
+        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += pu[jx] + mr[jx];
+      } else {
+#pragma omp simd
+        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += pu[jx];
+      }
+    }
+  } else {
+    for (int64_t jx = 0; jx < w; ++jx) pat[jx] = c[g.sy + rx[jx]];
+    for (int64_t jy = 0; jy < g.h; ++jy) {
+      const T a = c[ry[jy]];
+      T* sr = s + jy * w;
+      if (mask) {
+        const T* mr = mask + jy * w;
+#pragma omp simd
+        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += a + pat[jx] + mr[jx];
+      } else {
+#pragma omp simd
+        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += a + pat[jx];
+      }
+    }
+  }
+}
+
+// dc_i[b] = sum_{j: b(i, j) = b} dE_ij for the query i; `acc` is scratch of
+// sy * w (product) or w (cross) elements.
+template <typename T>
+void reduce_term_row(const T* de, T* dc, int64_t i, const Geometry& g,
+                     T* acc) {
+  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
+  const int64_t* ry = g.rows + iy * g.h;
+  const int64_t* rx = g.cols + ix * w;
+  if (g.product) {
+    std::fill(acc, acc + g.sy * w, T(0));
+    for (int64_t jy = 0; jy < g.h; ++jy) {
+      T* au = acc + ry[jy] * w;
+      const T* dr = de + jy * w;
+#pragma omp simd
+      for (int64_t jx = 0; jx < w; ++jx) au[jx] += dr[jx];
+    }
+    for (int64_t u = 0; u < g.sy; ++u) {
+      const T* au = acc + u * w;
+      T* du = dc + u * g.sx;
+      for (int64_t jx = 0; jx < w; ++jx) du[rx[jx]] += au[jx];
+    }
+  } else {
+    std::fill(acc, acc + w, T(0));
+    for (int64_t jy = 0; jy < g.h; ++jy) {
+      const T* dr = de + jy * w;
+      T sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t jx = 0; jx < w; ++jx) {
+        sum += dr[jx];
+        acc[jx] += dr[jx];
+      }
+      dc[ry[jy]] += sum;
+    }
+    for (int64_t jx = 0; jx < w; ++jx) dc[g.sy + rx[jx]] += acc[jx];
+  }
+}
+
+// Query rows per block: R * L elements of about `block_elems` (two such
+// blocks live in the backward), at least 8 and at most L.
+int64_t block_rows(int64_t length, int64_t block_elems) {
+  const int64_t r = std::max<int64_t>(8, block_elems / std::max<int64_t>(length, 1));
+  return std::min(r, length);
+}
+
+Geometry geometry(const at::Tensor& rows, const at::Tensor& cols, int64_t sy,
+                  int64_t sx, bool product) {
+  return {rows.data_ptr<int64_t>(), cols.data_ptr<int64_t>(), rows.size(0),
+          cols.size(0), sy, sx, product};
+}
+
+void check_inputs(const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v, const at::Tensor& values,
+                  const at::Tensor& rows, const at::Tensor& cols,
+                  const c10::optional<at::Tensor>& mask, int64_t sy,
+                  int64_t sx, bool product) {
+  TORCH_CHECK(q.device().is_cpu(), "fused attention: CPU tensors only");
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+              "fused attention: q, k, v must be (B, H, L, d)");
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() &&
+                  q.scalar_type() == v.scalar_type() &&
+                  q.scalar_type() == values.scalar_type(),
+              "fused attention: q, k, v and the values must share a dtype");
+  const int64_t length = q.size(2);
+  TORCH_CHECK(rows.dim() == 2 && cols.dim() == 2 &&
+                  rows.size(0) == rows.size(1) && cols.size(0) == cols.size(1) &&
+                  rows.size(0) * cols.size(0) == length,
+              "fused attention: rows (h, h) and cols (w, w) with h * w = L");
+  TORCH_CHECK(rows.scalar_type() == at::kLong && cols.scalar_type() == at::kLong &&
+                  rows.is_contiguous() && cols.is_contiguous(),
+              "fused attention: contiguous int64 bucket tables");
+  TORCH_CHECK(values.dim() == 4 && values.stride(3) == 1 &&
+                  values.size(0) == q.size(0) && values.size(1) == q.size(1) &&
+                  values.size(2) == length &&
+                  values.size(3) == (product ? sy * sx : sy + sx),
+              "fused attention: values must be (B, H, L, buckets), last dim "
+              "contiguous");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
+              "fused attention: q, k, v need a contiguous last dim");
+  if (mask.has_value()) {
+    const auto& m = *mask;
+    TORCH_CHECK(m.dim() == 4 && m.size(0) == q.size(0) &&
+                    m.size(1) == q.size(1) && m.size(2) == length &&
+                    m.size(3) == length && m.stride(3) == 1 &&
+                    m.scalar_type() == q.scalar_type(),
+                "fused attention: the mask must be (B, H, L, L) (broadcast "
+                "views allowed), last dim contiguous, in the dtype of q");
+  }
+}
+
+template <typename T>
+void forward_impl(const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v, const c10::optional<at::Tensor>& mask,
+                  const at::Tensor& values, const Geometry& g,
+                  int64_t block_elems, at::Tensor& out, at::Tensor& lse) {
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
+  const int64_t rb = block_rows(length, block_elems);
+  const int64_t nblocks = (length + rb - 1) / rb;
+  const auto vals = strided4<T>(values);
+  const bool has_mask = mask.has_value();
+  const Strided4<T> m = has_mask ? strided4<T>(*mask) : Strided4<T>{nullptr, 0, 0, 0};
+  T* lse_p = lse.data_ptr<T>();
+  const int64_t pat_size = g.product ? g.sy * g.w : g.w;
+  at::parallel_for(0, batch * heads * nblocks, 1, [&](int64_t begin, int64_t end) {
+    at::Tensor scratch = at::empty({rb, length}, q.options());
+    std::vector<T> pat(pat_size);
+    T* s = scratch.data_ptr<T>();
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / nblocks, blk = task % nblocks;
+      const int64_t b = bh / heads, hd = bh % heads;
+      const int64_t r0 = blk * rb, r = std::min(rb, length - r0);
+      at::Tensor logits = scratch.narrow(0, 0, r);
+      at::mm_out(logits, q[b][hd].narrow(0, r0, r), k[b][hd].t());
+      for (int64_t a = 0; a < r; ++a) {
+        const int64_t i = r0 + a;
+        T* sr = s + a * length;
+        add_term_row<T>(sr, vals.row(b, hd, i),
+                        has_mask ? m.row(b, hd, i) : nullptr, i, g, pat.data());
+        T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+        for (int64_t j = 0; j < length; ++j) mx = std::max(mx, sr[j]);
+        T sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < length; ++j) {
+          const T e = exp_impl(sr[j] - mx);
+          sr[j] = e;
+          sum += e;
+        }
+        const T inv = T(1) / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < length; ++j) sr[j] *= inv;
+        lse_p[bh * length + i] = mx + std::log(sum);
+      }
+      at::Tensor o = out[b][hd].narrow(0, r0, r);
+      at::mm_out(o, logits, v[b][hd]);
+    }
+  });
+}
+
+template <typename T>
+void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
+                   const at::Tensor& k, const at::Tensor& v,
+                   const at::Tensor& out, const at::Tensor& lse,
+                   const c10::optional<at::Tensor>& mask,
+                   const at::Tensor& values, const Geometry& g,
+                   int64_t block_elems, at::Tensor& dq, at::Tensor& dk,
+                   at::Tensor& dv, at::Tensor& dvalues) {
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
+  const int64_t dim_v = v.size(3);
+  const int64_t rb = block_rows(length, block_elems);
+  const auto vals = strided4<T>(values);
+  const bool has_mask = mask.has_value();
+  const Strided4<T> m = has_mask ? strided4<T>(*mask) : Strided4<T>{nullptr, 0, 0, 0};
+  const T* lse_p = lse.data_ptr<T>();
+  const int64_t nb = values.size(3);
+  const int64_t pat_size = g.product ? g.sy * g.w : g.w;
+  // dk and dv accumulate over the query blocks of one (b, h): one task each
+  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+    at::Tensor probs = at::empty({rb, length}, q.options());
+    at::Tensor dprobs = at::empty({rb, length}, q.options());
+    std::vector<T> pat(pat_size);
+    T* p = probs.data_ptr<T>();
+    T* dp = dprobs.data_ptr<T>();
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / heads, hd = bh % heads;
+      const at::Tensor qb = q[b][hd], kb = k[b][hd], vb = v[b][hd];
+      const at::Tensor gob = grad_out[b][hd], ob = out[b][hd];
+      at::Tensor dkb = dk[b][hd], dvb = dv[b][hd], dqb = dq[b][hd];
+      T* dvals = dvalues[b][hd].data_ptr<T>();
+      for (int64_t r0 = 0; r0 < length; r0 += rb) {
+        const int64_t r = std::min(rb, length - r0);
+        at::Tensor pblk = probs.narrow(0, 0, r), dpblk = dprobs.narrow(0, 0, r);
+        const at::Tensor go = gob.narrow(0, r0, r);
+        at::mm_out(pblk, qb.narrow(0, r0, r), kb.t());
+        for (int64_t a = 0; a < r; ++a) {
+          const int64_t i = r0 + a;
+          T* pr = p + a * length;
+          add_term_row<T>(pr, vals.row(b, hd, i),
+                          has_mask ? m.row(b, hd, i) : nullptr, i, g, pat.data());
+          const T l = lse_p[bh * length + i];
+#pragma omp simd
+          for (int64_t j = 0; j < length; ++j) pr[j] = exp_impl(pr[j] - l);
+        }
+        dvb.addmm_(pblk.t(), go);  // dv += P^T dO
+        at::mm_out(dpblk, go, vb.t());  // dP = dO v^T
+        const T* go_p = go.data_ptr<T>();
+        const T* o_p = ob.narrow(0, r0, r).data_ptr<T>();
+        const int64_t go_s = go.stride(0), o_s = ob.stride(0);
+        for (int64_t a = 0; a < r; ++a) {
+          const int64_t i = r0 + a;
+          T dot = 0;  // rowsum(dP * P) = dO_i . O_i
+          for (int64_t c = 0; c < dim_v; ++c) dot += go_p[a * go_s + c] * o_p[a * o_s + c];
+          T* pr = p + a * length;
+          T* dr = dp + a * length;
+#pragma omp simd
+          for (int64_t j = 0; j < length; ++j) dr[j] = pr[j] * (dr[j] - dot);
+          reduce_term_row<T>(dr, dvals + i * nb, i, g, pat.data());
+        }
+        at::Tensor dqr = dqb.narrow(0, r0, r);
+        at::mm_out(dqr, dpblk, kb);                    // dq = dE k
+        dkb.addmm_(dpblk.t(), qb.narrow(0, r0, r));    // dk += dE^T q
+      }
+    }
+  });
+}
+
+std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
+                                      c10::optional<at::Tensor> mask,
+                                      at::Tensor values, at::Tensor rows,
+                                      at::Tensor cols, bool product, int64_t sy,
+                                      int64_t sx, int64_t block_elems) {
+  check_inputs(q, k, v, values, rows, cols, mask, sy, sx, product);
+  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  const Geometry g = geometry(rows, cols, sy, sx, product);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_forward", [&] {
+    forward_impl<scalar_t>(q, k, v, mask, values, g, block_elems, out, lse);
+  });
+  return {out, lse};
+}
+
+std::vector<at::Tensor> fused_backward(at::Tensor grad_out, at::Tensor q,
+                                       at::Tensor k, at::Tensor v,
+                                       at::Tensor out, at::Tensor lse,
+                                       c10::optional<at::Tensor> mask,
+                                       at::Tensor values, at::Tensor rows,
+                                       at::Tensor cols, bool product,
+                                       int64_t sy, int64_t sx,
+                                       int64_t block_elems) {
+  check_inputs(q, k, v, values, rows, cols, mask, sy, sx, product);
+  TORCH_CHECK(grad_out.sizes() == out.sizes() && grad_out.stride(3) == 1 &&
+                  out.is_contiguous() && lse.is_contiguous(),
+              "fused attention backward: grad_out / out / lse layout");
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::zeros(k.sizes(), k.options());
+  at::Tensor dv = at::zeros(v.sizes(), v.options());
+  at::Tensor dvalues = at::zeros(
+      {values.size(0), values.size(1), values.size(2), values.size(3)},
+      values.options());
+  const Geometry g = geometry(rows, cols, sy, sx, product);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_backward", [&] {
+    backward_impl<scalar_t>(grad_out, q, k, v, out, lse, mask, values, g,
+                            block_elems, dq, dk, dv, dvalues);
+  });
+  return {dq, dk, dv, dvalues};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "mmpe's fused CPU attention with a per-axis relative term";
+  m.def("fused_forward", &fused_forward,
+        "out, lse = fused_forward(q, k, v, mask, values, rows, cols, product, "
+        "sy, sx, block_elems)");
+  m.def("fused_backward", &fused_backward,
+        "dq, dk, dv, dvalues = fused_backward(grad_out, q, k, v, out, lse, "
+        "mask, values, rows, cols, product, sy, sx, block_elems)");
+}
