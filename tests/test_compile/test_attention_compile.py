@@ -45,6 +45,13 @@ CHUNKED = [
     if CASES[i]['rpe_cfg']['method'] in ('product', 'euclidean') or i % 5 == 0
 ]
 CASES += CHUNKED
+# the fused CPU kernel (the custom op mmpe::fused_attention): every setting
+# it reads ('auto' takes it for those too, in training)
+CASES += [
+    dict(CASES[i], impl='fused') for i in range(len(CASES))
+    if CASES[i]['rpe_on'] == 'k' and not CASES[i]['skip'] and
+    CASES[i]['rpe_cfg']['method'] in ('product', 'cross')
+]
 CASES += [
     dict(rope_cfg=dict(type='rope2d'), layout='mmcv'),
     dict(rope_cfg=dict(type='rope-mixed'), layout='mmcv'),
@@ -165,13 +172,18 @@ def test_inference_path_compiles_once(case):
     assert torch._dynamo.utils.counters['stats']['unique_graphs'] == 1
 
 
-@pytest.mark.parametrize('impl', ['auto', 'chunked'])
-def test_training_graph_calls_the_attention_op(impl):
-    """A compiled training step runs the attention core as the opaque
-    custom op mmpe::attention (eager in-place kernels), the default backend
-    (explicit at these lengths, probabilities saved) and 'chunked' alike.
-    Without gradients the default graph has no custom op (SDPA); 'chunked'
-    keeps its bounded-memory forward there, but not under torch.export."""
+@pytest.mark.parametrize('impl,op', [('auto', 'mmpe.fused_attention'),
+                                     ('fused', 'mmpe.fused_attention'),
+                                     ('explicit', 'mmpe.attention'),
+                                     ('chunked', 'mmpe.attention')])
+def test_training_graph_calls_the_attention_op(impl, op):
+    """A compiled training step runs the attention core as one opaque custom
+    op: on CPU the default backend is the fused kernel for this term
+    (mmpe::fused_attention), 'explicit' and 'chunked' the eager in-place
+    kernels of mmpe::attention (explicit: probabilities saved). Without
+    gradients the default graph has no custom op (SDPA); 'chunked' and
+    'fused' keep their bounded-memory forward there, but not under
+    torch.export."""
     case = dict(CASES[0], impl=impl)
     call = GridCall(_module(case), 0)
     graphs = []
@@ -189,8 +201,9 @@ def test_training_graph_calls_the_attention_op(impl):
         compiled(feat, mask)
     ops = [{str(n.target) for n in gm.graph.nodes} for gm in graphs]
     assert len(ops) == 2
-    assert 'mmpe.attention' in ops[0], ops[0]
-    assert ('mmpe.attention' in ops[1]) == (impl == 'chunked')
+    custom = [{t for t in o if t.startswith('mmpe.')} for o in ops]
+    assert custom[0] == {op}, ops[0]
+    assert custom[1] == ({op} if impl in ('chunked', 'fused') else set())
     with torch.no_grad():
         exported = torch.export.export(call, (feat, mask))
     targets = {str(n.target) for n in exported.graph.nodes}

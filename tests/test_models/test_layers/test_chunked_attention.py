@@ -222,7 +222,9 @@ def test_chunked_keeps_no_square_tensor_for_the_backward(on):
 
 
 def test_auto_rule():
-    """The documented rule of attn_impl='auto' (select_backend)."""
+    """The documented rule of attn_impl='auto' (select_backend) where the
+    fused CPU kernel does not apply (``fused_ok=False``: CUDA, settings
+    outside the kernel; test_fused_attention.py has the rest)."""
     cfg = dict(mode='contextual', method='product')
     short, long = AUTO_CHUNKED_FROM - 1, AUTO_CHUNKED_FROM
     core = PEAttention(8, 2, rpe_cfg=cfg, rpe_on='k')
@@ -256,9 +258,11 @@ def test_auto_rule():
 
 
 def test_auto_runs_what_it_selects():
-    """At AUTO_CHUNKED_FROM tokens a training call keeps no (L, L) tensor
+    """For a term outside the fused CPU kernel (the euclidean method; see
+    test_fused_attention.py for the kernel's settings): at
+    AUTO_CHUNKED_FROM tokens a training call keeps no (L, L) tensor
     (chunked); just below it keeps the probabilities (explicit)."""
-    cfg = dict(mode='contextual', method='product', ratio=1.0)
+    cfg = dict(mode='contextual', method='euclidean', ratio=1.0)
     long_grid = (32, AUTO_CHUNKED_FROM // 32)  # exactly the threshold
     short_grid = (1, AUTO_CHUNKED_FROM - 1)
     for grid, chunked in ((long_grid, True), (short_grid, False)):

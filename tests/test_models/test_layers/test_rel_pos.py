@@ -146,13 +146,15 @@ def test_module_term_equals_pair_loop(grid):
         torch.testing.assert_close(a.grad, b.grad, **F64_TOL)
 
 
-@pytest.mark.parametrize('impl', ['explicit', 'chunked', 'auto', 'sdpa'])
+@pytest.mark.parametrize('impl',
+                         ['explicit', 'chunked', 'fused', 'auto', 'sdpa'])
 @pytest.mark.parametrize('input_size', [INPUT_SIZE, GRID],
                          ids=['resized', 'own-size'])
 def test_attention_equals_reference_forward_backward(impl, input_size):
-    """Every backend (the chunked one with chunks of 4 rows of 15, SDPA
-    with the term as its float mask), forward and the gradients of q, k, v
-    and both tables, with a key padding mask."""
+    """Every backend (the chunked one with chunks of 4 rows of 15, the
+    fused CPU kernel, which 'auto' takes here, SDPA with the term as its
+    float mask), forward and the gradients of q, k, v and both tables, with
+    a key padding mask."""
     core = _core(impl, input_size)
     q, k, v, mask = _inputs()
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]

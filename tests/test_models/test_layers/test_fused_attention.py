@@ -1,0 +1,371 @@
+"""The fused CPU backend of the attention core (``attn_impl='fused'``,
+mmpe's compiled kernel) and where the automatic choice takes it.
+
+Expected values: a dense reference written here (the term gathered pair by
+pair from the per-query values with the bucket tables, then softmax, with
+autograd's gradients) for the kernel itself; a per-pair loop of the iRPE
+paper's Eq. 13-16 with the buckets of its formulas (``pair_bucket`` of
+test_irpe.py); and the explicit backend (checked against such loops in
+test_irpe_attention.py and test_pe_attention.py) for every iRPE setting the
+kernel reads. The decomposed relative position is checked against the
+MViTv2 / ViTDet equations in test_rel_pos.py.
+"""
+import math
+import warnings
+
+import pytest
+import torch
+
+from mmpe.models.layers import PEAttention, RoPE2D, ViTAttention
+from mmpe.models.layers import fused_attention as fused_module
+from mmpe.models.layers import pe_attention
+from mmpe.models.layers.attention_terms import AxisValues
+from mmpe.models.layers.fused_attention import (fused_attention,
+                                                fused_unavailable_reason)
+from test_chunked_attention import _assert_same, _fwd_bwd, _inputs
+from test_irpe import pair_bucket
+
+pytestmark = pytest.mark.skipif(
+    fused_unavailable_reason() is not None,
+    reason=f'fused kernel not built: {fused_unavailable_reason()}')
+
+# float64: the kernel and the references add the same terms in another order
+F64_TOL = dict(atol=1e-10, rtol=1e-9)
+# float32: the kernel's exp is Cephes' expf (about 1 ulp) and its sums run
+# in another order than ATen's softmax; a few ulp of values of size ~1
+F32_TOL = dict(atol=2e-5, rtol=1e-4)
+
+
+def _settings():
+    """Every setting the kernel reads: contextual / bias, product / cross,
+    on keys, shared or per-head tables, piecewise or clip index."""
+    out = []
+    for mode in ('contextual', 'bias'):
+        for method in ('product', 'cross'):
+            for shared in (False, True):
+                for index in (dict(ratio=1.0), dict(ratio=1.9),
+                              dict(index='clip', max_distance=2)):
+                    out.append(dict(mode=mode, method=method,
+                                    shared_head=shared, init='xavier',
+                                    **index))
+    return out
+
+
+def _setting_id(cfg):
+    return (f"{cfg['mode']}-{cfg['method']}-"
+            f"{'shared' if cfg['shared_head'] else 'perhead'}-"
+            f"{cfg.get('index', 'piecewise')}{cfg.get('ratio', '')}")
+
+
+def _core(impl, cfg, on='k', skip=0, **kwargs):
+    torch.manual_seed(0)
+    return PEAttention(8, 2, rpe_cfg=cfg, rpe_on=on, skip=skip,
+                       attn_impl=impl, **kwargs).double()
+
+
+class _Count:
+    """Counts calls of the fused kernel through the attention core."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        real = pe_attention.fused_attention
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(pe_attention, 'fused_attention', counted)
+
+
+# ---------------------------------------------------------------- kernel
+def _dense_reference(q, k, v, mask, values, rows, cols, product, sy):
+    """softmax(q k^T + T + m) v with ``T[i, j]`` gathered pair by pair."""
+    b, h, n, _ = q.shape
+    hh, ww = rows.shape[0], cols.shape[0]
+    term = torch.zeros(b, h, n, n, dtype=q.dtype)
+    full = values.expand(b, h, n, values.shape[-1])
+    for i in range(n):
+        iy, ix = divmod(i, ww)
+        for j in range(n):
+            jy, jx = divmod(j, ww)
+            u, w_ = int(rows[iy, jy]), int(cols[ix, jx])
+            if product:
+                term[:, :, i, j] = full[:, :, i, u * (values.shape[-1] // sy)
+                                        + w_]
+            else:
+                term[:, :, i, j] = full[:, :, i, u] + full[:, :, i, sy + w_]
+    e = q @ k.transpose(-1, -2) + term
+    if mask is not None:
+        e = e + mask
+    return e.softmax(-1) @ v
+
+
+@pytest.mark.parametrize('grid', [(3, 5), (4, 4), (1, 7), (6, 2)])
+@pytest.mark.parametrize('layout', ['product', 'cross'])
+@pytest.mark.parametrize('block', [8, 2**16], ids=['blocks-of-8', 'one'])
+@pytest.mark.parametrize('broadcast', [False, True],
+                         ids=['per-query', 'bias'])
+def test_kernel_equals_dense_reference(grid, layout, block, broadcast):
+    """Random values and bucket tables, padded keys, an extra float mask;
+    blocks of 8 query rows (never dividing L) or one block: output and the
+    gradients of q, k, v and the values (summed over a broadcast)."""
+    g = torch.Generator().manual_seed(sum(grid) + len(layout))
+    h, w = grid
+    n = h * w
+    sy, sx = (3, 4) if layout == 'product' else (2 * h - 1, 2 * w - 1)
+    nb = sy * sx if layout == 'product' else sy + sx
+    rows = torch.randint(0, sy, (h, h), generator=g)
+    cols = torch.randint(0, sx, (w, w), generator=g)
+    q, k, v = (torch.randn(2, 3, n, 5, generator=g, dtype=torch.float64)
+               for _ in range(3))
+    shape = (1, 3, 1, nb) if broadcast else (2, 3, n, nb)
+    values = torch.randn(shape, generator=g, dtype=torch.float64)
+    mask = torch.randn(n, n, generator=g, dtype=torch.float64)
+    mask = mask[None, None].repeat(2, 1, 1, 1)
+    mask[1, :, :, -3:] = float('-inf')  # padded keys of the second image
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, values)]
+    out = fused_attention(*leaves[:3], mask,
+                          AxisValues(leaves[3], rows, cols, layout, sy, sx),
+                          block_elements=block * n)
+    refs = [t.clone().requires_grad_(True) for t in (q, k, v, values)]
+    ref = _dense_reference(*refs[:3], mask, refs[3], rows, cols,
+                           layout == 'product', sy)
+    torch.testing.assert_close(out, ref, **F64_TOL)
+    grad = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    out.backward(grad)
+    ref.backward(grad)
+    for a, b in zip(leaves, refs):
+        torch.testing.assert_close(a.grad, b.grad, **F64_TOL)
+
+
+def test_kernel_float32_close_to_float64():
+    """float32 (the vectorised exp) against the same inputs in float64."""
+    g = torch.Generator().manual_seed(3)
+    h, w = 9, 11
+    n = h * w
+    rows = torch.randint(0, 7, (h, h), generator=g)
+    cols = torch.randint(0, 7, (w, w), generator=g)
+    q, k, v = (torch.randn(2, 4, n, 16, generator=g, dtype=torch.float64)
+               for _ in range(3))
+    values = torch.randn(2, 4, n, 49, generator=g, dtype=torch.float64)
+    outs, grads = [], []
+    for dtype in (torch.float64, torch.float32):
+        leaves = [t.to(dtype).detach().requires_grad_(True)
+                  for t in (q, k, v, values)]
+        out = fused_attention(*leaves[:3], None,
+                              AxisValues(leaves[3], rows, cols, 'product', 7,
+                                         7))
+        out.backward(torch.ones_like(out))
+        outs.append(out.detach().double())
+        grads.append([t.grad.double() for t in leaves])
+    torch.testing.assert_close(outs[1], outs[0], **F32_TOL)
+    for a, b in zip(grads[1], grads[0]):
+        torch.testing.assert_close(a, b, **F32_TOL)
+
+
+def test_custom_ops_pass_opcheck():
+    """Schema, fake (meta) kernels, autograd registration and dispatch of
+    mmpe::fused_attention and its backward (torch.library.opcheck)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 12, 4, generator=g) for _ in range(3))
+    values = torch.randn(2, 2, 12, 9, generator=g, requires_grad=True)
+    rows = torch.randint(0, 3, (3, 3), generator=g)
+    cols = torch.randint(0, 3, (4, 4), generator=g)
+    mask = torch.zeros(2, 1, 1, 12)
+    args = (q.requires_grad_(), k, v, mask, values, rows, cols, True, 3, 3,
+            64)
+    torch.library.opcheck(torch.ops.mmpe.fused_attention.default, args)
+    out, lse = torch.ops.mmpe.fused_attention(*args)
+    torch.library.opcheck(
+        torch.ops.mmpe.fused_attention_backward.default,
+        (torch.randn_like(out), q.detach(), k, v, out.detach(),
+         lse.detach(), mask, values.detach(), rows, cols, True, 3, 3, 64))
+
+
+# --------------------------------------------------------- attention core
+@pytest.mark.parametrize('cfg', _settings(), ids=_setting_id)
+@pytest.mark.parametrize('grid', [(3, 5), (5, 3)])
+def test_fused_equals_explicit_forward_backward(cfg, grid, monkeypatch):
+    """Every setting the kernel reads, with a padded image in the batch:
+    output, the gradients of q, k, v and of the table."""
+    count = _Count(monkeypatch)
+    want = _fwd_bwd(_core('explicit', cfg), 0, grid=grid)
+    got = _fwd_bwd(_core('fused', cfg), 0, grid=grid)
+    assert count.calls == 1
+    _assert_same(got, want)
+
+
+def test_fused_matches_a_loop_reference():
+    """Contextual product iRPE on keys with per-head tables and padded
+    keys, against Eq. 13-16 written one (b, h, i, j) at a time."""
+    cfg = dict(mode='contextual', method='product', ratio=1.9,
+               shared_head=False, init='xavier')
+    grid = (4, 6)
+    core = _core('fused', cfg)
+    q, k, v, mask = _inputs(0, grid)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = core.attend(*leaves, grid, mask)
+    table = core.rpe_k.table.detach().clone().requires_grad_(True)
+    refs = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    qr, kr, vr = refs
+    bs, heads, n, d = q.shape
+    scale = 1 / math.sqrt(d)
+    rows = []
+    for b in range(bs):
+        for h in range(heads):
+            for i in range(n):
+                logits = []
+                for j in range(n):
+                    (bucket, ) = pair_bucket(core.rpe_k, *grid, i, j)
+                    e = (qr[b, h, i] * scale) @ (kr[b, h, j] + table[h, bucket])
+                    logits.append(e - math.inf if mask[b, j] else e)
+                rows.append(torch.stack(logits).softmax(0) @ vr[b, h])
+    ref = torch.stack(rows).view(bs, heads, n, d)
+    torch.testing.assert_close(out, ref, **F64_TOL)
+    grad = torch.randn(out.shape, dtype=out.dtype)
+    out.backward(grad)
+    ref.backward(grad)
+    for a, b in zip(leaves + [core.rpe_k.table], refs + [table]):
+        torch.testing.assert_close(a.grad, b.grad, **F64_TOL)
+
+
+def test_fused_with_rope_and_attn_mask_equals_explicit(monkeypatch):
+    """RoPE rotates q and k for the logits while iRPE reads them unrotated,
+    and a float (L, L) ``attn_mask`` joins the key padding mask."""
+    count = _Count(monkeypatch)
+    cfg = dict(mode='contextual', method='cross', ratio=1.0, init='xavier')
+    rope = RoPE2D(4)((3, 5), torch.device('cpu'), torch.float64)
+    attn_mask = torch.randn(15, 15, generator=torch.Generator().manual_seed(
+        9), dtype=torch.float64)
+    want = _fwd_bwd(_core('explicit', cfg), 0, attn_mask, rope=rope)
+    got = _fwd_bwd(_core('fused', cfg), 0, attn_mask, rope=rope)
+    assert count.calls == 1
+    _assert_same(got, want)
+
+
+def test_vit_layout_fused_equals_explicit():
+    """ViTAttention (heads split from the qkv projection: strided q, k, v)
+    with 'fused' equals 'explicit', every weight's gradient included."""
+    torch.manual_seed(0)
+    kwargs = dict(rpe_on='k', rpe_cfg=dict(
+        mode='contextual', method='product', ratio=1.0, init='xavier'))
+    explicit = ViTAttention(16, 2, attn_impl='explicit', **kwargs).double()
+    fused = ViTAttention(16, 2, attn_impl='fused', **kwargs).double()
+    fused.load_state_dict(explicit.state_dict())
+    x = torch.randn(2, 12, 16, dtype=torch.float64)
+    grads = []
+    for m in (explicit, fused):
+        m(x, (3, 4)).square().sum().backward()
+        grads.append({n: p.grad for n, p in m.named_parameters()})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], **F64_TOL)
+
+
+def _saved_shapes(core, grid):
+    shapes = []
+
+    def pack(t):
+        shapes.append(tuple(t.shape))
+        return t
+
+    q, k, v, mask = (t.float() if t.is_floating_point() else t
+                     for t in _inputs(0, grid))
+    q.requires_grad_(True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        core.float().attend(q, k, v, grid, mask).sum().backward()
+    return shapes
+
+
+def test_fused_keeps_no_square_tensor_for_the_backward():
+    """What lives between forward and backward: q, k, v, the output, the
+    rows' log-sum-exp, the mask, the lookups and the per-axis tables."""
+    cfg = dict(mode='contextual', method='product', ratio=1.0, init='xavier')
+    grid = (5, 6)
+    n = grid[0] * grid[1]
+    shapes = _saved_shapes(_core('fused', cfg), grid)
+    assert (2, 2, n) in shapes  # the log-sum-exp: the kernel ran
+    assert not [s for s in shapes if s[-2:] == (n, n)], shapes
+    assert [s for s in _saved_shapes(_core('explicit', cfg), grid)
+            if s[-2:] == (n, n)]
+
+
+@pytest.mark.parametrize('on,skip,cfg,reason', [
+    ('q', 0, dict(method='product'), 'one logit term'),
+    ('qk', 0, dict(method='product'), 'one logit term'),
+    ('kv', 0, dict(method='product'), 'one logit term'),
+    ('k', 1, dict(method='product'), 'one logit term'),
+    ('k', 0, dict(method='euclidean'), 'one logit term'),
+])
+def test_settings_outside_the_kernel_fall_back_to_chunked(
+        on, skip, cfg, reason, monkeypatch):
+    """attn_impl='fused' where the kernel does not apply: one warning that
+    says why, and the chunked backend's results."""
+    count = _Count(monkeypatch)
+    cfg = dict(mode='contextual', ratio=1.0, init='xavier', **cfg)
+    want = _fwd_bwd(_core('chunked', cfg, on, skip), skip)
+    core = _core('fused', cfg, on, skip)
+    with pytest.warns(UserWarning, match=f"'fused' falls back.*{reason}"):
+        got = _fwd_bwd(core, skip)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # once per module
+        _fwd_bwd(core, skip)
+    assert count.calls == 0
+    _assert_same(got, want)
+
+
+def test_dropout_and_dtype_fall_back():
+    cfg = dict(mode='contextual', method='product', ratio=1.0)
+    q = torch.randn(1, 2, 12, 4)
+    drop = PEAttention(8, 2, attn_drop=0.1, rpe_cfg=cfg).train()
+    terms = drop.relative_terms(q, None, 3, 4)
+    assert 'dropout' in drop._fused_reason(q, terms)
+    assert drop.eval()._fused_reason(q, terms) is None
+    half = q.to(torch.bfloat16)
+    assert 'bfloat16' in drop._fused_reason(
+        half, drop.relative_terms(half, None, 3, 4))
+
+
+def test_auto_rule_on_cpu():
+    """Training on CPU takes the kernel where it applies, at every length;
+    elsewhere the rule of the other backends holds."""
+    cfg = dict(mode='contextual', method='product')
+    core = PEAttention(8, 2, rpe_cfg=cfg)
+    for length in (16, 196, 1050, 4096, 8192):
+        assert core.select_backend(length, True, fused_ok=True) == 'fused'
+        assert core.select_backend(length, False, fused_ok=True) == 'sdpa'
+    assert core.select_backend(16, True, fused_ok=False) == 'explicit'
+    assert core.select_backend(4096, True, fused_ok=False) == 'chunked'
+    named = PEAttention(8, 2, rpe_cfg=cfg, attn_impl='fused')
+    assert named.select_backend(16, False, fused_ok=True) == 'fused'
+    assert named.select_backend(16, True, fused_ok=False) == 'chunked'
+    for impl in ('explicit', 'chunked', 'sdpa'):  # never by another name
+        other = PEAttention(8, 2, rpe_cfg=cfg, attn_impl=impl)
+        assert other.select_backend(4096, True, fused_ok=True) == impl
+
+
+def test_auto_runs_the_kernel_when_training(monkeypatch):
+    count = _Count(monkeypatch)
+    cfg = dict(mode='contextual', method='product', ratio=1.0, init='xavier')
+    core = _core('auto', cfg)
+    _fwd_bwd(core, 0)
+    assert count.calls == 1
+    with torch.no_grad():  # inference: the constant float mask of SDPA
+        core.attend(*_inputs(0)[:3], (3, 5))
+    assert count.calls == 1
+
+
+def test_without_the_kernel_the_other_backends_run(monkeypatch):
+    """An installation without the compiled kernel: 'auto' keeps the
+    earlier rule and 'fused' falls back to chunked, naming why."""
+    monkeypatch.setattr(pe_attention, 'fused_unavailable_reason',
+                        lambda: 'the compiled kernel mmpe._ext is not built')
+    count = _Count(monkeypatch)
+    cfg = dict(mode='contextual', method='product', ratio=1.0, init='xavier')
+    want = _fwd_bwd(_core('explicit', cfg), 0)
+    assert count.calls == 0
+    _assert_same(_fwd_bwd(_core('auto', cfg), 0), want)
+    with pytest.warns(UserWarning, match='mmpe._ext is not built'):
+        got = _fwd_bwd(_core('fused', cfg), 0)
+    assert count.calls == 0
+    _assert_same(got, want)
+    assert fused_module.fused_unavailable_reason() is None  # the real one
