@@ -48,9 +48,9 @@ CASES += CHUNKED
 # the fused CPU kernel (the custom op mmpe::fused_attention): every setting
 # it reads ('auto' takes it for those too, in training)
 CASES += [
-    dict(CASES[i], impl='fused') for i in range(len(CASES))
-    if CASES[i]['rpe_on'] == 'k' and not CASES[i]['skip'] and
-    CASES[i]['rpe_cfg']['method'] in ('product', 'cross')
+    dict(case, impl='fused') for case in CASES if 'impl' not in case and
+    case['rpe_on'] == 'k' and not case['skip'] and
+    case['rpe_cfg']['method'] in ('product', 'cross')
 ]
 CASES += [
     dict(rope_cfg=dict(type='rope2d'), layout='mmcv'),
