@@ -181,8 +181,8 @@ def test_training_graph_calls_the_attention_op(impl, op):
     op: on CPU the default backend is the fused kernel for this term
     (mmpe::fused_attention), 'explicit' and 'chunked' the eager in-place
     kernels of mmpe::attention (explicit: probabilities saved). Without
-    gradients the default graph has no custom op (SDPA); 'chunked' and
-    'fused' keep their bounded-memory forward there, but not under
+    gradients 'explicit' is SDPA (no custom op); 'auto', 'fused' and
+    'chunked' keep their bounded-memory forward there, but never under
     torch.export."""
     case = dict(CASES[0], impl=impl)
     call = GridCall(_module(case), 0)
@@ -203,7 +203,7 @@ def test_training_graph_calls_the_attention_op(impl, op):
     assert len(ops) == 2
     custom = [{t for t in o if t.startswith('mmpe.')} for o in ops]
     assert custom[0] == {op}, ops[0]
-    assert custom[1] == ({op} if impl in ('chunked', 'fused') else set())
+    assert custom[1] == ({op} if impl != 'explicit' else set())
     with torch.no_grad():
         exported = torch.export.export(call, (feat, mask))
     targets = {str(n.target) for n in exported.graph.nodes}

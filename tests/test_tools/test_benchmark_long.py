@@ -28,11 +28,13 @@ def test_long_benchmark_quick_json(tmp_path):
                                                                 (24, 'vit-s')]
     for g in res['groups']:
         names = [r['name'] for r in g['rows']]
-        # 24 tokens: the default runs explicit, so the chunked row is added
+        # every variant, the named backends beside the default ('auto')
         assert names == [
             f'{v} {m}' for v in (tool.LONG_BASE, tool.LONG_CTX,
+                                 'mmpe ctx product k (explicit)',
                                  'mmpe ctx product k (chunked)',
                                  'mmpe bias product k', 'mmpe ctx product qkv')
+            + (('mmpe rel-pos', ) if g['cfg'] == 'vit-s' else ())
             for m in tool.LONG_MODES
         ]
         by = {(r['variant'], r['mode']): r for r in g['rows']}
@@ -48,7 +50,7 @@ def test_long_benchmark_quick_json(tmp_path):
                 assert r['graph_breaks'] == 0, r['name']
     # the 1050-token aim does not apply to 24 tokens; compiled < eager does
     aims = [a['aim'] for a in res['aims']]
-    assert all('compiled < eager' in a for a in aims) and len(aims) == 8
+    assert all('compiled < eager' in a for a in aims) and len(aims) == 11
 
 
 def test_memory_row_in_its_own_process():
@@ -62,19 +64,19 @@ def test_memory_row_in_its_own_process():
     assert mem['rss_peak'] is None or mem['rss_peak'] >= 0
 
 
-def test_rows_skip_what_the_default_runs():
-    """At and above AUTO_CHUNKED_FROM the default row is chunked, so the
-    explicit row is the comparison (up to --explicit-max-length)."""
+def test_explicit_rows_stop_at_the_length_limit():
+    """The explicit row's (B, H, L, L) buffers are opt-in above
+    --explicit-max-length."""
     tool = _tool()
-    from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
     args = tool.parse_args(['--long', '--modes', 'eager', '--variants',
                             'ctx product k'])
-    rows = tool.long_rows(AUTO_CHUNKED_FROM, 'detr', args,
-                          torch.device('cpu'))
+    rows = tool.long_rows((32, 32), 'detr', args, torch.device('cpu'))
     assert [r.variant for r in rows] == [
-        tool.LONG_BASE, tool.LONG_CTX, 'mmpe ctx product k (explicit)'
+        tool.LONG_BASE, tool.LONG_CTX, 'mmpe ctx product k (explicit)',
+        'mmpe ctx product k (chunked)'
     ]
-    args.explicit_max_length = AUTO_CHUNKED_FROM - 1
-    rows = tool.long_rows(AUTO_CHUNKED_FROM, 'detr', args,
-                          torch.device('cpu'))
-    assert [r.variant for r in rows] == [tool.LONG_BASE, tool.LONG_CTX]
+    args.explicit_max_length = 1023
+    rows = tool.long_rows((32, 32), 'detr', args, torch.device('cpu'))
+    assert [r.variant for r in rows] == [
+        tool.LONG_BASE, tool.LONG_CTX, 'mmpe ctx product k (chunked)'
+    ]

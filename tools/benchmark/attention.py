@@ -625,6 +625,9 @@ LONG_VARIANTS = {
         mode='contextual', rpe_on='k', attn_impl='chunked'),
     'mmpe bias product k': dict(mode='bias', rpe_on='k'),
     'mmpe ctx product qkv': dict(mode='contextual', rpe_on='qkv'),
+    # ViTDet's decomposed relative position, tables for the row's grid (the
+    # ViT layout only: the DETR encoders have no such choice)
+    'mmpe rel-pos': dict(rel_pos=True),
 }
 LONG_MODES = ('eager', 'compiled')
 #: aims (fwd+bwd, x the fused no-RPE row of the same mode and run)
@@ -655,13 +658,18 @@ class LongCall(nn.Module):
                            spatial_shape=(height, width))
 
 
-def long_module(variant: str, cfg: str) -> LongCall:
-    """The layer of a long-sequence row (seeded, Xavier iRPE tables)."""
+def long_module(variant: str, cfg: str, grid: Tuple[int, int]) -> LongCall:
+    """The layer of a long-sequence row (seeded, Xavier iRPE tables; the
+    decomposed relative position with truncated-normal tables made for
+    ``grid``)."""
     from mmpe.models.layers import ViTAttention
     dims, heads, layout = HEAD_CFGS[cfg]
     spec = LONG_VARIANTS[variant]
     kwargs = {}
-    if spec is not None:
+    if spec is not None and spec.get('rel_pos'):
+        kwargs = dict(rel_pos_cfg=dict(input_size=tuple(grid),
+                                       init='trunc_normal'))
+    elif spec is not None:
         spec = dict(spec)
         kwargs = dict(rpe_on=spec.pop('rpe_on'),
                       attn_impl=spec.pop('attn_impl', 'auto'),
@@ -707,10 +715,10 @@ def long_batch(length: int, args: argparse.Namespace) -> int:
     return 2 if length <= 2048 else 1
 
 
-def long_rows(length: int, cfg: str, args: argparse.Namespace,
+def long_rows(grid: Tuple[int, int], cfg: str, args: argparse.Namespace,
               device: torch.device) -> List[Row]:
-    """Eager and compiled rows of every variant of one (length, heads)."""
-    from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
+    """Eager and compiled rows of every variant of one (grid, heads)."""
+    length = grid[0] * grid[1]
     pattern = re.compile(args.variants) if args.variants else None
     rows = []
     for variant in LONG_VARIANTS:
@@ -721,11 +729,10 @@ def long_rows(length: int, cfg: str, args: argparse.Namespace,
             continue
         if impl == 'explicit' and length > args.explicit_max_length:
             continue  # (B, H, L, L) buffers of GBs: opt-in
-        if impl is not None and (length >= AUTO_CHUNKED_FROM) == (
-                impl == 'chunked'):
-            continue  # what the default row already runs
+        if spec.get('rel_pos') and HEAD_CFGS[cfg][2] != 'timm':
+            continue  # a ViT backbone's term; DETR encoders have none
         for mode in args.modes:
-            call = long_module(variant, cfg).to(device)
+            call = long_module(variant, cfg, grid).to(device)
             module = call if mode == 'eager' else torch.compile(
                 call, backend=args.backend, dynamic=True)
             row = Row(f'{variant} {mode}', module, _long_call, True, False)
@@ -772,7 +779,7 @@ def memory_row(spec: dict) -> dict:
     grid = tuple(spec['grid'])
     dims = HEAD_CFGS[spec['cfg']][0]
     s = LongInputs(spec['batch'], grid, dims, spec['pad'], device)
-    call = long_module(spec['variant'], spec['cfg']).to(device)
+    call = long_module(spec['variant'], spec['cfg'], grid).to(device)
     module = call if spec['mode'] == 'eager' else torch.compile(
         call, backend=spec['backend'], dynamic=True)
     row = Row(spec['variant'], module, _long_call, True, False)
@@ -807,7 +814,7 @@ def long_group(length: int, grid: Tuple[int, int], cfg: str,
     batch = long_batch(length, args)
     dims = HEAD_CFGS[cfg][0]
     s = LongInputs(batch, grid, dims, args.pad, device)
-    rows = long_rows(length, cfg, args, device)
+    rows = long_rows(grid, cfg, args, device)
     counters = torch._dynamo.utils.counters
     for row in rows:  # warm-up: compilation, plan caches
         counters.clear()

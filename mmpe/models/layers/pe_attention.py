@@ -73,11 +73,11 @@ class PEAttention(BaseModule):
             ``'auto'``. Without iRPE every backend is
             ``F.scaled_dot_product_attention``.
 
-            - ``'auto'``: when no gradient flows into the iRPE terms and
-              there is no iRPE on values (inference, frozen tables), the
-              terms are a constant float mask of
-              ``F.scaled_dot_product_attention``. Otherwise, on CPU,
-              ``'fused'`` where it applies (at every length), else
+            - ``'auto'``: on CPU ``'fused'`` where it applies, at every
+              length, in training and inference. Otherwise, when no
+              gradient flows into the iRPE terms and there is no iRPE on
+              values (inference, frozen tables), the terms are a constant
+              float mask of ``F.scaled_dot_product_attention``; in training
               ``'explicit'`` below :data:`AUTO_CHUNKED_FROM` tokens and
               ``'chunked'`` from there on (on CUDA ``'flex'`` where it
               applies).
@@ -369,10 +369,10 @@ class PEAttention(BaseModule):
             return 'fused' if fused_ok else 'chunked'
         if impl in ('sdpa', 'flex', 'chunked'):
             return impl
-        if self.rpe_v is None and not needs_grad:
-            return 'sdpa'  # the terms as a constant mask of the fused kernel
         if impl == 'auto' and fused_ok:
             return 'fused'
+        if self.rpe_v is None and not needs_grad:
+            return 'sdpa'  # the terms as a constant mask of the fused kernel
         if impl == 'explicit' or length < AUTO_CHUNKED_FROM:
             return 'explicit'
         return 'flex' if flex_ok and self.rpe_v is None else 'chunked'
@@ -512,6 +512,8 @@ class PEAttention(BaseModule):
         reason = fused_unavailable_reason()
         if reason is not None:
             return reason
+        if is_exporting():
+            return 'exported graphs hold standard ops only'
         if q.device.type != 'cpu':
             return f'it runs on CPU, not {q.device.type}'
         if q.dtype not in FUSED_DTYPES:

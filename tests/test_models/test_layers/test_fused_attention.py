@@ -326,13 +326,15 @@ def test_dropout_and_dtype_fall_back():
 
 
 def test_auto_rule_on_cpu():
-    """Training on CPU takes the kernel where it applies, at every length;
-    elsewhere the rule of the other backends holds."""
+    """On CPU 'auto' takes the kernel where it applies, at every length, in
+    training and inference; elsewhere the rule of the other backends holds.
+    """
     cfg = dict(mode='contextual', method='product')
     core = PEAttention(8, 2, rpe_cfg=cfg)
     for length in (16, 196, 1050, 4096, 8192):
         assert core.select_backend(length, True, fused_ok=True) == 'fused'
-        assert core.select_backend(length, False, fused_ok=True) == 'sdpa'
+        assert core.select_backend(length, False, fused_ok=True) == 'fused'
+    assert core.select_backend(16, False, fused_ok=False) == 'sdpa'
     assert core.select_backend(16, True, fused_ok=False) == 'explicit'
     assert core.select_backend(4096, True, fused_ok=False) == 'chunked'
     named = PEAttention(8, 2, rpe_cfg=cfg, attn_impl='fused')
@@ -343,15 +345,20 @@ def test_auto_rule_on_cpu():
         assert other.select_backend(4096, True, fused_ok=True) == impl
 
 
-def test_auto_runs_the_kernel_when_training(monkeypatch):
+def test_auto_runs_the_kernel(monkeypatch):
+    """In training and in inference, equal to the explicit backend (SDPA
+    with the terms as a constant mask, without gradients)."""
     count = _Count(monkeypatch)
     cfg = dict(mode='contextual', method='product', ratio=1.0, init='xavier')
     core = _core('auto', cfg)
-    _fwd_bwd(core, 0)
+    _assert_same(_fwd_bwd(core, 0), _fwd_bwd(_core('explicit', cfg), 0))
     assert count.calls == 1
-    with torch.no_grad():  # inference: the constant float mask of SDPA
-        core.attend(*_inputs(0)[:3], (3, 5))
-    assert count.calls == 1
+    q, k, v, mask = _inputs(0)
+    with torch.no_grad():
+        got = core.attend(q, k, v, (3, 5), mask)
+        want = _core('explicit', cfg).attend(q, k, v, (3, 5), mask)
+    assert count.calls == 2
+    torch.testing.assert_close(got, want, **F64_TOL)
 
 
 def test_without_the_kernel_the_other_backends_run(monkeypatch):

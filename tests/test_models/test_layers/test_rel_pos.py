@@ -176,8 +176,9 @@ def test_attention_equals_reference_forward_backward(impl, input_size):
 
 @pytest.mark.parametrize('impl', ['auto', 'sdpa', 'explicit', 'chunked'])
 def test_inference_equals_reference(impl):
-    """Without gradients ('auto' / 'explicit' take SDPA with a constant
-    float mask)."""
+    """Without gradients ('explicit' takes SDPA with a constant float
+    mask; so does 'auto' where the fused CPU kernel does not apply, and the
+    kernel otherwise: both equal the reference)."""
     core = _core(impl).eval()
     q, k, v, mask = _inputs(seed=4)
     with torch.no_grad():
