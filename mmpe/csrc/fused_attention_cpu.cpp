@@ -1,23 +1,26 @@
 // Fused CPU attention with a relative term over per-axis buckets.
 //
-// For scaled queries q, keys k, values v (B, H, L, d) of an h x w token grid
-// (L = h * w) it computes, one block of query rows at a time,
+// For scaled queries q, keys k, values v (B, H, L, d) of `skip` leading
+// tokens and an h x w token grid (L = skip + h * w) it computes, one block of
+// query rows at a time,
 //
 //   e_ij = q_i . k_j + T_ij + m_ij,   p_ij = softmax_j(e_ij),   o_i = sum_j p_ij v_j
 //
 // where the relative term T is read from per-query values c_i over per-axis
-// buckets, u = ry(iy, jy) and v = rx(ix, jx) (the tables `rows` (h, h) and
-// `cols` (w, w)):
+// buckets, u = ry(iy, jy) and v = rx(ix, jx) for grid tokens (the tables
+// `rows` (h, h) and `cols` (w, w)):
 //
 //   product:  T_ij = c_i[u * Sx + v]     (iRPE's product method, Wu et al.
 //                                         ICCV 2021, Eq. 16 with Eq. 27)
-//   cross:    T_ij = c_i[u] + c_i[Sy + v] (iRPE's cross method; ViTDet's /
+//   cross:    T_ij = c_i[u] + c_i[o + v] (iRPE's cross method; ViTDet's /
 //                                         MViTv2's decomposed relative
 //                                         position with plain offsets)
 //
-// and m is an additive mask. The forward saves the row log-sum-exp; the
-// backward recomputes each block's probabilities from it and gives dq, dk, dv
-// and the gradient of the values, dc_i[b] = sum_{j: b(i, j) = b} dE_ij with
+// and, for a pair with a leading token (a class token), T_ij = c_i[x0]
+// (+ c_i[x1] in the cross method): iRPE's extra bucket(s). m is an additive
+// mask. The forward saves the row log-sum-exp; the backward recomputes each
+// block's probabilities from it and gives dq, dk, dv and the gradient of the
+// values, dc_i[b] = sum_{j: b(i, j) = b} dE_ij with
 // dE = P * (dP - rowsum(dO * O)). Each block of R query rows against all
 // keys stays in the core's cache (R * L elements); the logits, the term, the
 // mask and the softmax are one pass over it, and no (L, L) tensor exists.
@@ -59,12 +62,16 @@ inline float exp_impl(float x) {
 
 inline double exp_impl(double x) { return std::exp(x); }
 
-// The geometry of the term: per-axis bucket tables and the values layout.
+// The geometry of the term: per-axis bucket tables, the values' layout
+// and the leading tokens outside the grid (class tokens).
 struct Geometry {
   const int64_t* rows;  // (h, h): ry(iy, jy)
   const int64_t* cols;  // (w, w): rx(ix, jx)
   int64_t h, w, sy, sx;
   bool product;
+  int64_t col_offset;  // cross: column buckets start here
+  int64_t skip;        // leading tokens outside the grid
+  int64_t extra0, extra1;  // their bucket(s) (cross: one per axis; -1: none)
 };
 
 // A (B, H, L, n) tensor read through its strides (last stride 1).
@@ -82,11 +89,39 @@ Strided4<T> strided4(const at::Tensor& t) {
   return {t.data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// s[j] += a (+ m[j]) for n entries.
+template <typename T>
+void add_const(T* s, T a, const T* m, int64_t n) {
+  if (m) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) s[j] += a + m[j];
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) s[j] += a;
+  }
+}
+
+template <typename T>
+T extra_value(const T* c, const Geometry& g) {
+  return c[g.extra0] + (g.extra1 >= 0 ? c[g.extra1] : T(0));
+}
+
 // s[j] += T_ij (+ m_ij) for the query i, over all L keys. `pat` is scratch
 // of sy * w (product) or w (cross) elements.
 template <typename T>
 void add_term_row(T* s, const T* c, const T* mask, int64_t i,
                   const Geometry& g, T* pat) {
+  if (g.skip) {  // pairs with a token outside the grid: its bucket(s)
+    const T e = extra_value(c, g);
+    if (i < g.skip) {
+      add_const(s, e, mask, g.skip + g.h * g.w);
+      return;
+    }
+    add_const(s, e, mask, g.skip);
+    s += g.skip;
+    mask = mask ? mask + g.skip : nullptr;
+    i -= g.skip;
+  }
   const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
   const int64_t* ry = g.rows + iy * g.h;
   const int64_t* rx = g.cols + ix * w;
@@ -109,7 +144,7 @@ void add_term_row(T* s, const T* c, const T* mask, int64_t i,
       }
     }
   } else {
-    for (int64_t jx = 0; jx < w; ++jx) pat[jx] = c[g.sy + rx[jx]];
+    for (int64_t jx = 0; jx < w; ++jx) pat[jx] = c[g.col_offset + rx[jx]];
     for (int64_t jy = 0; jy < g.h; ++jy) {
       const T a = c[ry[jy]];
       T* sr = s + jy * w;
@@ -125,11 +160,28 @@ void add_term_row(T* s, const T* c, const T* mask, int64_t i,
   }
 }
 
-// dc_i[b] = sum_{j: b(i, j) = b} dE_ij for the query i; `acc` is scratch of
-// sy * w (product) or w (cross) elements.
+template <typename T>
+T sum_row(const T* x, int64_t n) {
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) sum += x[j];
+  return sum;
+}
+
+// dc_i[b] += sum_{j: b(i, j) = b} dE_ij for the query i; `acc` is scratch
+// of sy * w (product) or w (cross) elements.
 template <typename T>
 void reduce_term_row(const T* de, T* dc, int64_t i, const Geometry& g,
                      T* acc) {
+  if (g.skip) {
+    const int64_t n = i < g.skip ? g.skip + g.h * g.w : g.skip;
+    const T sum = sum_row(de, n);
+    dc[g.extra0] += sum;
+    if (g.extra1 >= 0) dc[g.extra1] += sum;
+    if (i < g.skip) return;
+    de += g.skip;
+    i -= g.skip;
+  }
   const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
   const int64_t* ry = g.rows + iy * g.h;
   const int64_t* rx = g.cols + ix * w;
@@ -158,7 +210,7 @@ void reduce_term_row(const T* de, T* dc, int64_t i, const Geometry& g,
       }
       dc[ry[jy]] += sum;
     }
-    for (int64_t jx = 0; jx < w; ++jx) dc[g.sy + rx[jx]] += acc[jx];
+    for (int64_t jx = 0; jx < w; ++jx) dc[g.col_offset + rx[jx]] += acc[jx];
   }
 }
 
@@ -169,17 +221,20 @@ int64_t block_rows(int64_t length, int64_t block_elems) {
   return std::min(r, length);
 }
 
-Geometry geometry(const at::Tensor& rows, const at::Tensor& cols, int64_t sy,
-                  int64_t sx, bool product) {
+// The term's layout, as the Python side passes it: `layout` = {product (1
+// or 0), sy, sx, col_offset, skip, extra0, extra1}.
+Geometry geometry(const at::Tensor& rows, const at::Tensor& cols,
+                  const std::vector<int64_t>& layout) {
+  TORCH_CHECK(layout.size() == 7, "fused attention: layout has 7 entries");
   return {rows.data_ptr<int64_t>(), cols.data_ptr<int64_t>(), rows.size(0),
-          cols.size(0), sy, sx, product};
+          cols.size(0), layout[1], layout[2], layout[0] != 0, layout[3],
+          layout[4], layout[5], layout[6]};
 }
 
 void check_inputs(const at::Tensor& q, const at::Tensor& k,
                   const at::Tensor& v, const at::Tensor& values,
                   const at::Tensor& rows, const at::Tensor& cols,
-                  const c10::optional<at::Tensor>& mask, int64_t sy,
-                  int64_t sx, bool product) {
+                  const c10::optional<at::Tensor>& mask, const Geometry& g) {
   TORCH_CHECK(q.device().is_cpu(), "fused attention: CPU tensors only");
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
               "fused attention: q, k, v must be (B, H, L, d)");
@@ -188,19 +243,37 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k,
                   q.scalar_type() == values.scalar_type(),
               "fused attention: q, k, v and the values must share a dtype");
   const int64_t length = q.size(2);
+  TORCH_CHECK(k.size(2) == length && v.size(2) == length &&
+                  k.size(0) == q.size(0) && v.size(0) == q.size(0) &&
+                  k.size(1) == q.size(1) && v.size(1) == q.size(1) &&
+                  k.size(3) == q.size(3),
+              "fused attention: q, k, v sizes disagree");
   TORCH_CHECK(rows.dim() == 2 && cols.dim() == 2 &&
                   rows.size(0) == rows.size(1) && cols.size(0) == cols.size(1) &&
-                  rows.size(0) * cols.size(0) == length,
-              "fused attention: rows (h, h) and cols (w, w) with h * w = L");
+                  g.skip >= 0 && g.skip + rows.size(0) * cols.size(0) == length,
+              "fused attention: rows (h, h) and cols (w, w) with skip + h * w "
+              "= L");
   TORCH_CHECK(rows.scalar_type() == at::kLong && cols.scalar_type() == at::kLong &&
                   rows.is_contiguous() && cols.is_contiguous(),
               "fused attention: contiguous int64 bucket tables");
+  const int64_t nb = values.size(3);
+  const int64_t spatial = g.product ? g.sy * g.sx : g.col_offset + g.sx;
   TORCH_CHECK(values.dim() == 4 && values.stride(3) == 1 &&
                   values.size(0) == q.size(0) && values.size(1) == q.size(1) &&
-                  values.size(2) == length &&
-                  values.size(3) == (product ? sy * sx : sy + sx),
+                  values.size(2) == length && spatial <= nb &&
+                  (g.product || g.sy <= g.col_offset) &&
+                  (g.skip == 0 || (g.extra0 >= 0 && g.extra0 < nb &&
+                                   g.extra1 < nb)),
               "fused attention: values must be (B, H, L, buckets), last dim "
-              "contiguous");
+              "contiguous, holding every bucket the layout reads");
+  const auto check_ids = [](const at::Tensor& t, int64_t n) {
+    if (t.numel()) {
+      TORCH_CHECK(t.min().item<int64_t>() >= 0 && t.max().item<int64_t>() < n,
+                  "fused attention: bucket ids out of range");
+    }
+  };
+  check_ids(rows, g.sy);
+  check_ids(cols, g.sx);
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
               "fused attention: q, k, v need a contiguous last dim");
   if (mask.has_value()) {
@@ -226,7 +299,7 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k,
   const bool has_mask = mask.has_value();
   const Strided4<T> m = has_mask ? strided4<T>(*mask) : Strided4<T>{nullptr, 0, 0, 0};
   T* lse_p = lse.data_ptr<T>();
-  const int64_t pat_size = g.product ? g.sy * g.w : g.w;
+  const int64_t pat_size = std::max<int64_t>(1, g.product ? g.sy * g.w : g.w);
   at::parallel_for(0, batch * heads * nblocks, 1, [&](int64_t begin, int64_t end) {
     at::Tensor scratch = at::empty({rb, length}, q.options());
     std::vector<T> pat(pat_size);
@@ -279,7 +352,7 @@ void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
   const Strided4<T> m = has_mask ? strided4<T>(*mask) : Strided4<T>{nullptr, 0, 0, 0};
   const T* lse_p = lse.data_ptr<T>();
   const int64_t nb = values.size(3);
-  const int64_t pat_size = g.product ? g.sy * g.w : g.w;
+  const int64_t pat_size = std::max<int64_t>(1, g.product ? g.sy * g.w : g.w);
   // dk and dv accumulate over the query blocks of one (b, h): one task each
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     at::Tensor probs = at::empty({rb, length}, q.options());
@@ -333,12 +406,13 @@ void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
 std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                       c10::optional<at::Tensor> mask,
                                       at::Tensor values, at::Tensor rows,
-                                      at::Tensor cols, bool product, int64_t sy,
-                                      int64_t sx, int64_t block_elems) {
-  check_inputs(q, k, v, values, rows, cols, mask, sy, sx, product);
+                                      at::Tensor cols,
+                                      std::vector<int64_t> layout,
+                                      int64_t block_elems) {
+  const Geometry g = geometry(rows, cols, layout);
+  check_inputs(q, k, v, values, rows, cols, mask, g);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
-  const Geometry g = geometry(rows, cols, sy, sx, product);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_forward", [&] {
     forward_impl<scalar_t>(q, k, v, mask, values, g, block_elems, out, lse);
   });
@@ -350,10 +424,11 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out, at::Tensor q,
                                        at::Tensor out, at::Tensor lse,
                                        c10::optional<at::Tensor> mask,
                                        at::Tensor values, at::Tensor rows,
-                                       at::Tensor cols, bool product,
-                                       int64_t sy, int64_t sx,
+                                       at::Tensor cols,
+                                       std::vector<int64_t> layout,
                                        int64_t block_elems) {
-  check_inputs(q, k, v, values, rows, cols, mask, sy, sx, product);
+  const Geometry g = geometry(rows, cols, layout);
+  check_inputs(q, k, v, values, rows, cols, mask, g);
   TORCH_CHECK(grad_out.sizes() == out.sizes() && grad_out.stride(3) == 1 &&
                   out.is_contiguous() && lse.is_contiguous(),
               "fused attention backward: grad_out / out / lse layout");
@@ -363,7 +438,6 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out, at::Tensor q,
   at::Tensor dvalues = at::zeros(
       {values.size(0), values.size(1), values.size(2), values.size(3)},
       values.options());
-  const Geometry g = geometry(rows, cols, sy, sx, product);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_backward", [&] {
     backward_impl<scalar_t>(grad_out, q, k, v, out, lse, mask, values, g,
                             block_elems, dq, dk, dv, dvalues);
@@ -376,9 +450,10 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out, at::Tensor q,
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mmpe's fused CPU attention with a per-axis relative term";
   m.def("fused_forward", &fused_forward,
-        "out, lse = fused_forward(q, k, v, mask, values, rows, cols, product, "
-        "sy, sx, block_elems)");
+        "out, lse = fused_forward(q, k, v, mask, values, rows, cols, layout, "
+        "block_elems); layout = [product, sy, sx, col_offset, skip, extra0, "
+        "extra1]");
   m.def("fused_backward", &fused_backward,
         "dq, dk, dv, dvalues = fused_backward(grad_out, q, k, v, out, lse, "
-        "mask, values, rows, cols, product, sy, sx, block_elems)");
+        "mask, values, rows, cols, layout, block_elems)");
 }

@@ -56,11 +56,13 @@ Rows = Optional[Tuple[int, int]]
 class AxisValues(NamedTuple):
     """A logit term as per-query values over per-axis buckets.
 
-    ``T[i, j] = values[i, u * col_buckets + v]`` (``'product'``) or
-    ``values[i, u] + values[i, row_buckets + v]`` (``'cross'``), with
-    ``u = rows[iy, jy]`` and ``v = cols[ix, jx]`` for the query ``i = (iy,
-    ix)`` and the key ``j = (jy, jx)`` of the grid: the form the fused CPU
-    kernel (:mod:`~mmpe.models.layers.fused_attention`) reads.
+    For the query ``i = (iy, ix)`` and the key ``j = (jy, jx)`` of the grid,
+    with ``u = rows[iy, jy]`` and ``v = cols[ix, jx]``: ``T[i, j] =
+    values[i, u * col_buckets + v]`` (``'product'``) or ``values[i, u] +
+    values[i, col_offset + v]`` (``'cross'``); for a pair with one of the
+    ``skip`` leading tokens (class tokens), the sum of ``values[i, e]`` over
+    ``extras``. The form the fused CPU kernel
+    (:mod:`~mmpe.models.layers.fused_attention`) reads.
 
     Attributes:
         values (Tensor): Broadcastable to (B, H, L, buckets), in the
@@ -71,6 +73,11 @@ class AxisValues(NamedTuple):
         layout (str): ``'product'`` or ``'cross'``.
         row_buckets (int): ``Sy``.
         col_buckets (int): ``Sx``.
+        col_offset (int, optional): Cross: where the column buckets start;
+            None: ``row_buckets``.
+        skip (int): Leading tokens outside the grid.
+        extras (tuple[int, ...]): Their bucket(s): one (product) or one per
+            axis (cross).
     """
 
     values: Tensor
@@ -79,6 +86,10 @@ class AxisValues(NamedTuple):
     layout: str
     row_buckets: int
     col_buckets: int
+    col_offset: Optional[int] = None
+    skip: int = 0
+    extras: Tuple[int, ...] = ()
+
 
 #: ``kind`` -> term class, see :func:`register_term`
 TERM_KINDS: Dict[str, Type['RelativeTerm']] = {}

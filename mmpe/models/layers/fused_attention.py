@@ -61,19 +61,16 @@ def fused_unavailable_reason() -> Optional[str]:
 
 @torch.library.custom_op('mmpe::fused_attention', mutates_args=())
 def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
-              values: Tensor, rows: Tensor, cols: Tensor, product: bool,
-              row_buckets: int, col_buckets: int,
+              values: Tensor, rows: Tensor, cols: Tensor, layout: List[int],
               block_elements: int) -> Tuple[Tensor, Tensor]:
     q, k, v, mask, full = _kernel_inputs(q, k, v, mask, values)
     out, lse = _ext.fused_forward(q, k, v, mask, full, rows.contiguous(),
-                                  cols.contiguous(), product, row_buckets,
-                                  col_buckets, block_elements)
+                                  cols.contiguous(), layout, block_elements)
     return out, lse
 
 
 @_fused_op.register_fake
-def _fused_fake(q, k, v, mask, values, rows, cols, product, row_buckets,
-                col_buckets, block_elements):
+def _fused_fake(q, k, v, mask, values, rows, cols, layout, block_elements):
     b, h, length, _ = q.shape
     return q.new_empty(b, h, length, v.shape[-1]), q.new_empty(b, h, length)
 
@@ -82,23 +79,21 @@ def _fused_fake(q, k, v, mask, values, rows, cols, product, row_buckets,
 def _fused_backward_op(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
                        out: Tensor, lse: Tensor, mask: Optional[Tensor],
                        values: Tensor, rows: Tensor, cols: Tensor,
-                       product: bool, row_buckets: int, col_buckets: int,
+                       layout: List[int],
                        block_elements: int) -> List[Tensor]:
     q, k, v, mask, full = _kernel_inputs(q, k, v, mask, values)
     grad_out = grad_out if grad_out.stride(-1) == 1 else \
         grad_out.contiguous()
     dq, dk, dv, dvalues = _ext.fused_backward(
         grad_out, q, k, v, out.contiguous(), lse.contiguous(), mask, full,
-        rows.contiguous(), cols.contiguous(), product, row_buckets,
-        col_buckets, block_elements)
+        rows.contiguous(), cols.contiguous(), layout, block_elements)
     # broadcast values (a bias table) get the sum over their broadcast dims
     return [dq, dk, dv, dvalues.sum_to_size(values.shape).contiguous()]
 
 
 @_fused_backward_op.register_fake
 def _fused_backward_fake(grad_out, q, k, v, out, lse, mask, values, rows,
-                         cols, product, row_buckets, col_buckets,
-                         block_elements):
+                         cols, layout, block_elements):
     return [x.new_empty(x.shape) for x in (q, k, v, values)]
 
 
@@ -119,18 +114,26 @@ def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    (q, k, v, mask, values, rows, cols, product, row_buckets, col_buckets,
-     block_elements) = inputs
+    q, k, v, mask, values, rows, cols, layout, block_elements = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, mask, values, rows, cols)
-    ctx.args = (product, row_buckets, col_buckets, block_elements)
+    ctx.args = (layout, block_elements)
 
 
 def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor]):
     q, k, v, out, lse, mask, values, rows, cols = ctx.saved_tensors
     dq, dk, dv, dvalues = torch.ops.mmpe.fused_attention_backward(
         grad_out, q, k, v, out, lse, mask, values, rows, cols, *ctx.args)
-    return dq, dk, dv, None, dvalues, None, None, None, None, None, None
+    return dq, dk, dv, None, dvalues, None, None, None, None
+
+
+def kernel_layout(term: AxisValues) -> List[int]:
+    """The kernel's description of a term: ``[product, Sy, Sx, column
+    offset, skip, extra0, extra1]`` (-1: no extra bucket)."""
+    extras = list(term.extras) + [-1] * (2 - len(term.extras))
+    offset = term.row_buckets if term.col_offset is None else term.col_offset
+    return [int(term.layout == 'product'), term.row_buckets,
+            term.col_buckets, offset, term.skip] + extras
 
 
 _fused_op.register_autograd(_backward, setup_context=_setup_context)
@@ -145,8 +148,8 @@ def fused_attention(q: Tensor,
     """Attention with one per-axis logit term through the fused kernel.
 
     Args:
-        q (Tensor): Scaled (and rotated) queries (B, H, L, d), ``L = h *
-            w``.
+        q (Tensor): Scaled (and rotated) queries (B, H, L, d), ``L = skip
+            + h * w``.
         k (Tensor): Keys (B, H, L, d).
         v (Tensor): Values (B, H, L, dv).
         mask (Tensor, optional): Additive mask broadcastable to
@@ -167,6 +170,5 @@ def fused_attention(q: Tensor,
     values = values.reshape((1, ) * (4 - values.dim()) + tuple(values.shape))
     out, _ = torch.ops.mmpe.fused_attention(
         q, k.to(dtype), v.to(dtype), mask, values, term.rows, term.cols,
-        term.layout == 'product', term.row_buckets, term.col_buckets,
-        block_elements)
+        kernel_layout(term), block_elements)
     return out

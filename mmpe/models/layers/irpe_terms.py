@@ -261,11 +261,11 @@ class IRPETerm(RelativeTerm):
 
     @property
     def axis_layout(self) -> Optional[str]:
-        """The product and cross methods on keys without skip tokens: the
-        query's values over per-axis buckets (Eq. 27's lookup, or the bias
-        table)."""
+        """The product and cross methods on keys: the query's values over
+        per-axis buckets (Eq. 27's lookup, or the bias table), skip tokens
+        with their extra bucket(s)."""
         method = self._spec['method']
-        if self.on != 'k' or self.skip or method not in ('product', 'cross'):
+        if self.on != 'k' or method not in ('product', 'cross'):
             return None
         return method
 
@@ -275,11 +275,15 @@ class IRPETerm(RelativeTerm):
             values = self.tensors[0][None, :, None, :]  # (1, H', 1, nb)
         else:
             values = self._lookup(None)  # (B, H, L, nb)
-        values = self._spatial_values(values)
         cross = isinstance(plan, CrossPlan)
-        return AxisValues(values, plan.tables['rows'], plan.tables['cols'],
-                          'cross' if cross else 'product', plan.side,
-                          plan.col_side if cross else plan.side)
+        return AxisValues(
+            values, plan.tables['rows'], plan.tables['cols'],
+            'cross' if cross else 'product', plan.side,
+            plan.col_side if cross else plan.side,
+            # the column table's buckets follow the row table's (and its
+            # skip bucket)
+            col_offset=self.slices[-1].start if cross else None,
+            skip=self.skip, extras=self.extras if self.skip else ())
 
     def add_rows(self, logits: Tensor, rows: Rows) -> Tensor:
         if self.mode == 'bias':

@@ -97,10 +97,10 @@ class PEAttention(BaseModule):
               log-sum-exp; no ``(L, L)`` tensor, the time of fused
               attention up to the term. For one logit term over per-axis
               buckets: iRPE product / cross on keys (contextual or bias),
-              or the decomposed relative position; CPU, float32 / float64,
-              no skip tokens, no attention dropout while training. Where it
-              does not apply the call runs ``'chunked'`` with a warning,
-              once per module.
+              or the decomposed relative position, skip tokens included;
+              CPU, float32 / float64, no attention dropout while training.
+              Where it does not apply the call runs ``'chunked'`` with a
+              warning, once per module.
             - ``'sdpa'``: the iRPE terms (with their gradient) materialised
               as the float mask of ``F.scaled_dot_product_attention``.
               iRPE on values is not possible there (it needs the
@@ -523,8 +523,8 @@ class PEAttention(BaseModule):
         if len(terms) != 1 or terms[0].target != 'logits' or (
                 terms[0].axis_layout is None):
             return ('it takes one logit term over per-axis buckets (iRPE '
-                    'product / cross on keys without skip tokens, or the '
-                    'decomposed relative position)')
+                    'product / cross on keys, or the decomposed relative '
+                    'position)')
         return None
 
     def _warn_once(self, msg: str) -> None:

@@ -78,64 +78,95 @@ class _Count:
 
 
 # ---------------------------------------------------------------- kernel
-def _dense_reference(q, k, v, mask, values, rows, cols, product, sy):
-    """softmax(q k^T + T + m) v with ``T[i, j]`` gathered pair by pair."""
+def _dense_reference(q, k, v, mask, term):
+    """softmax(q k^T + T + m) v with ``T[i, j]`` gathered pair by pair from
+    the values, the bucket tables and the extra buckets of skip tokens."""
     b, h, n, _ = q.shape
-    hh, ww = rows.shape[0], cols.shape[0]
-    term = torch.zeros(b, h, n, n, dtype=q.dtype)
-    full = values.expand(b, h, n, values.shape[-1])
+    ww = term.cols.shape[0]
+    skip = term.skip
+    offset = term.row_buckets if term.col_offset is None else term.col_offset
+    full = term.values.expand(b, h, n, term.values.shape[-1])
+    cols = []
     for i in range(n):
-        iy, ix = divmod(i, ww)
+        row = []
         for j in range(n):
-            jy, jx = divmod(j, ww)
-            u, w_ = int(rows[iy, jy]), int(cols[ix, jx])
-            if product:
-                term[:, :, i, j] = full[:, :, i, u * (values.shape[-1] // sy)
-                                        + w_]
+            if i < skip or j < skip:
+                row.append(sum(full[:, :, i, e] for e in term.extras))
+                continue
+            iy, ix = divmod(i - skip, ww)
+            jy, jx = divmod(j - skip, ww)
+            u, w_ = int(term.rows[iy, jy]), int(term.cols[ix, jx])
+            if term.layout == 'product':
+                row.append(full[:, :, i, u * term.col_buckets + w_])
             else:
-                term[:, :, i, j] = full[:, :, i, u] + full[:, :, i, sy + w_]
-    e = q @ k.transpose(-1, -2) + term
+                row.append(full[:, :, i, u] + full[:, :, i, offset + w_])
+        cols.append(torch.stack(row, -1))
+    e = q @ k.transpose(-1, -2) + torch.stack(cols, -2)
     if mask is not None:
         e = e + mask
     return e.softmax(-1) @ v
 
 
+def _random_term(grid, layout, skip, broadcast, g, dtype=torch.float64):
+    """Random values and bucket tables; with skip tokens one extra bucket
+    (two for cross) after the spatial ones, as iRPE lays them out."""
+    h, w = grid
+    n = skip + h * w
+    sy, sx = (3, 4) if layout == 'product' else (2 * h - 1, 2 * w - 1)
+    if layout == 'product':
+        nb, extras, offset = sy * sx + 1, (sy * sx, ), None
+    else:  # rows | row extra | cols | col extra
+        offset = sy + 1
+        nb, extras = offset + sx + 1, (sy, offset + sx)
+    rows = torch.randint(0, sy, (h, h), generator=g)
+    cols = torch.randint(0, sx, (w, w), generator=g)
+    shape = (1, 3, 1, nb) if broadcast else (2, 3, n, nb)
+    values = torch.randn(shape, generator=g, dtype=dtype)
+    return AxisValues(values, rows, cols, layout, sy, sx, offset, skip,
+                      extras if skip else ())
+
+
 @pytest.mark.parametrize('grid', [(3, 5), (4, 4), (1, 7), (6, 2)])
 @pytest.mark.parametrize('layout', ['product', 'cross'])
+@pytest.mark.parametrize('skip', [0, 1, 2])
 @pytest.mark.parametrize('block', [8, 2**16], ids=['blocks-of-8', 'one'])
 @pytest.mark.parametrize('broadcast', [False, True],
                          ids=['per-query', 'bias'])
-def test_kernel_equals_dense_reference(grid, layout, block, broadcast):
-    """Random values and bucket tables, padded keys, an extra float mask;
-    blocks of 8 query rows (never dividing L) or one block: output and the
-    gradients of q, k, v and the values (summed over a broadcast)."""
-    g = torch.Generator().manual_seed(sum(grid) + len(layout))
-    h, w = grid
-    n = h * w
-    sy, sx = (3, 4) if layout == 'product' else (2 * h - 1, 2 * w - 1)
-    nb = sy * sx if layout == 'product' else sy + sx
-    rows = torch.randint(0, sy, (h, h), generator=g)
-    cols = torch.randint(0, sx, (w, w), generator=g)
+def test_kernel_equals_dense_reference(grid, layout, skip, block, broadcast):
+    """Random values and bucket tables, skip tokens, padded keys, an extra
+    float mask; blocks of 8 query rows (never dividing L) or one block:
+    output and the gradients of q, k, v and the values (summed over a
+    broadcast)."""
+    g = torch.Generator().manual_seed(sum(grid) + len(layout) + skip)
+    n = skip + grid[0] * grid[1]
+    term = _random_term(grid, layout, skip, broadcast, g)
     q, k, v = (torch.randn(2, 3, n, 5, generator=g, dtype=torch.float64)
                for _ in range(3))
-    shape = (1, 3, 1, nb) if broadcast else (2, 3, n, nb)
-    values = torch.randn(shape, generator=g, dtype=torch.float64)
     mask = torch.randn(n, n, generator=g, dtype=torch.float64)
     mask = mask[None, None].repeat(2, 1, 1, 1)
     mask[1, :, :, -3:] = float('-inf')  # padded keys of the second image
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, values)]
+    leaves = [t.clone().requires_grad_(True)
+              for t in (q, k, v, term.values)]
     out = fused_attention(*leaves[:3], mask,
-                          AxisValues(leaves[3], rows, cols, layout, sy, sx),
+                          term._replace(values=leaves[3]),
                           block_elements=block * n)
-    refs = [t.clone().requires_grad_(True) for t in (q, k, v, values)]
-    ref = _dense_reference(*refs[:3], mask, refs[3], rows, cols,
-                           layout == 'product', sy)
+    refs = [t.clone().requires_grad_(True) for t in (q, k, v, term.values)]
+    ref = _dense_reference(*refs[:3], mask, term._replace(values=refs[3]))
     torch.testing.assert_close(out, ref, **F64_TOL)
     grad = torch.randn(out.shape, generator=g, dtype=out.dtype)
     out.backward(grad)
     ref.backward(grad)
     for a, b in zip(leaves, refs):
         torch.testing.assert_close(a.grad, b.grad, **F64_TOL)
+
+
+def test_kernel_refuses_bucket_ids_out_of_range():
+    g = torch.Generator().manual_seed(0)
+    term = _random_term((3, 4), 'product', 0, False, g)
+    q = torch.randn(2, 3, 12, 5, dtype=torch.float64)
+    bad = term._replace(rows=term.rows + term.row_buckets)
+    with pytest.raises(RuntimeError, match='bucket ids out of range'):
+        fused_attention(q, q, q, None, bad)
 
 
 def test_kernel_float32_close_to_float64():
@@ -172,25 +203,27 @@ def test_custom_ops_pass_opcheck():
     rows = torch.randint(0, 3, (3, 3), generator=g)
     cols = torch.randint(0, 3, (4, 4), generator=g)
     mask = torch.zeros(2, 1, 1, 12)
-    args = (q.requires_grad_(), k, v, mask, values, rows, cols, True, 3, 3,
-            64)
+    layout = [1, 3, 3, 3, 0, -1, -1]  # product 3 x 3, no skip tokens
+    args = (q.requires_grad_(), k, v, mask, values, rows, cols, layout, 64)
     torch.library.opcheck(torch.ops.mmpe.fused_attention.default, args)
     out, lse = torch.ops.mmpe.fused_attention(*args)
     torch.library.opcheck(
         torch.ops.mmpe.fused_attention_backward.default,
         (torch.randn_like(out), q.detach(), k, v, out.detach(),
-         lse.detach(), mask, values.detach(), rows, cols, True, 3, 3, 64))
+         lse.detach(), mask, values.detach(), rows, cols, layout, 64))
 
 
 # --------------------------------------------------------- attention core
 @pytest.mark.parametrize('cfg', _settings(), ids=_setting_id)
-@pytest.mark.parametrize('grid', [(3, 5), (5, 3)])
-def test_fused_equals_explicit_forward_backward(cfg, grid, monkeypatch):
-    """Every setting the kernel reads, with a padded image in the batch:
-    output, the gradients of q, k, v and of the table."""
+@pytest.mark.parametrize('grid,skip', [((3, 5), 0), ((5, 3), 1), ((3, 5), 2)])
+def test_fused_equals_explicit_forward_backward(cfg, grid, skip,
+                                                monkeypatch):
+    """Every setting the kernel reads, with 0, 1 or 2 class tokens and a
+    padded image in the batch: output, the gradients of q, k, v and of the
+    table."""
     count = _Count(monkeypatch)
-    want = _fwd_bwd(_core('explicit', cfg), 0, grid=grid)
-    got = _fwd_bwd(_core('fused', cfg), 0, grid=grid)
+    want = _fwd_bwd(_core('explicit', cfg, skip=skip), skip, grid=grid)
+    got = _fwd_bwd(_core('fused', cfg, skip=skip), skip, grid=grid)
     assert count.calls == 1
     _assert_same(got, want)
 
@@ -293,7 +326,6 @@ def test_fused_keeps_no_square_tensor_for_the_backward():
     ('q', 0, dict(method='product'), 'one logit term'),
     ('qk', 0, dict(method='product'), 'one logit term'),
     ('kv', 0, dict(method='product'), 'one logit term'),
-    ('k', 1, dict(method='product'), 'one logit term'),
     ('k', 0, dict(method='euclidean'), 'one logit term'),
 ])
 def test_settings_outside_the_kernel_fall_back_to_chunked(
