@@ -97,3 +97,24 @@ def test_train_step_global_twin_with_memory(tmp_path):
     for r in rows:
         assert r['peak_mb'] >= r['step_mb'] > 0 and len(r['times_s']) == 2
     assert rows[0]['peak_ratio'] == pytest.approx(1.0)
+
+
+def test_train_step_windowed_twin_options():
+    """--windowed-twin: ViTDet's windows and global blocks on a global CPVT
+    config, its class token dropped (windows refuse one); windowed configs
+    get none, and the quarters of other depths give the global blocks."""
+    tool = _tool('train_step.py')
+    deit = 'configs/mask-rcnn_deit-s-irpe_fpn_1x_coco.py'
+    vitdet = 'configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py'
+    args = tool.parse_args([deit, vitdet, '--windowed-twin'])
+    rows = tool.variants(args)
+    assert [r[0] for r in rows] == [
+        deit, f'{deit} [windowed, no class token]', vitdet
+    ]
+    assert rows[1][2] == {
+        'model.backbone.window_size': 14,
+        'model.backbone.global_blocks': (2, 5, 8, 11),
+        'model.backbone.use_cls_token': False
+    }
+    assert tool.vitdet_global_blocks(24) == (5, 11, 17, 23)
+    assert tool.vitdet_global_blocks(4) == (0, 1, 2, 3)

@@ -21,19 +21,23 @@ Detectors with instance masks (Mask R-CNN) get masks in the batch.
 test size); ``--cfg-options`` apply to every config; ``--global-twin`` adds,
 after each config whose backbone attends in windows (``window_size > 0``),
 the same config with ``window_size=0`` (ViTDet's layout against global
-attention, everything else equal). ``--memory`` runs each config in its own
+attention, everything else equal); ``--windowed-twin`` adds, after each
+config whose CPVT backbone attends globally, the same config in ViTDet's
+layout (14 x 14 windows, global blocks 2, 5, 8, 11 of 12 or the same
+quarters of another depth; without a class token, which windows refuse:
+only the attention layout and that token differ). ``--memory`` runs each config in its own
 subprocess (one after the other, so not interleaved) and reports, beside
 the median step time, the process's high-water resident memory (``VmHWM``)
 and that above the resident size before the first step (``step MB``): CPU
 memory, which PyTorch's allocator statistics do not give::
 
-    # the ViTDet-style ViT-S-iRPE Mask R-CNN, windowed against global, and
-    # today's global DeiT-S-iRPE Mask R-CNN, at 1333 x 800
+    # today's global DeiT-S-iRPE Mask R-CNN and its windowed twin, the
+    # ViTDet-style ViT-S-iRPE Mask R-CNN and its global twin, at 1333 x 800
     python tools/benchmark/train_step.py \
-        configs/mask-rcnn_vit-s-irpe_vitdet_lsj-100e_coco.py \
-        configs/mask-rcnn_deit-s-irpe_fpn_1x_coco.py --global-twin \
-        --image-size 1333x800 --batch 2 --memory --warmup 1 --rounds 2 \
-        --threads 1 --cfg-options model.backbone.init_cfg=None \
+        configs/mask-rcnn_deit-s-irpe_fpn_1x_coco.py \
+        configs/mask-rcnn_vit-s-irpe_vitdet_lsj-100e_coco.py --global-twin \
+        --windowed-twin --image-size 1333x800 --batch 2 --memory --warmup 1 \
+        --rounds 2 --threads 1 --cfg-options model.backbone.init_cfg=None \
         model.data_preprocessor.batch_augments=None
 """
 import argparse
@@ -112,20 +116,47 @@ def build(cfg_path: str, device: torch.device,
     return model, optim, head.num_classes
 
 
+#: ViTDet's window size (14 x 14 tokens) for ``--windowed-twin``
+TWIN_WINDOW = 14
+
+
+def vitdet_global_blocks(depth: int) -> Tuple[int, ...]:
+    """ViTDet's global blocks: the last of each quarter (2, 5, 8, 11 of
+    12)."""
+    quarter = max(1, depth // 4)
+    return tuple(range(quarter - 1, depth, quarter))[:4]
+
+
 def variants(args: argparse.Namespace) -> List[Tuple[str, str, dict]]:
     """(label, config path, options) of every model to compare, in order:
-    each config, then its global twin with ``--global-twin``."""
+    each config, then its global twin with ``--global-twin`` and its
+    windowed twin with ``--windowed-twin``."""
     out = []
     for cfg, path in zip(args.configs, _paths(args.configs)):
         options = dict(args.cfg_options or {})
         out.append((cfg, path, options))
-        if args.global_twin:
-            backbone = load_config(path, options).model.backbone
-            if backbone.get('window_size', 0):
-                out.append((f'{cfg} [global]', path,
-                            dict(options, **{'model.backbone.window_size':
-                                             0})))
+        backbone = load_config(path, options).model.backbone
+        windowed = bool(backbone.get('window_size', 0))
+        if args.global_twin and windowed:
+            out.append((f'{cfg} [global]', path,
+                        dict(options, **{'model.backbone.window_size': 0})))
+        if args.windowed_twin and not windowed and backbone.type == 'CPVT':
+            depth = _cpvt_depth(backbone)
+            out.append((f'{cfg} [windowed, no class token]', path,
+                        dict(options, **{
+                            'model.backbone.window_size': TWIN_WINDOW,
+                            'model.backbone.global_blocks':
+                            vitdet_global_blocks(depth),
+                            'model.backbone.use_cls_token': False})))
     return out
+
+
+def _cpvt_depth(backbone) -> int:
+    from mmpe.models.backbones.cpvt import CPVT
+    from mmpe.models.backbones.vit_args import parse_arch
+    arch = parse_arch(backbone.get('arch', 'small'), CPVT.arch_zoo,
+                      CPVT.essential_keys)
+    return arch['depth']
 
 
 def _paths(configs: List[str]) -> List[str]:
@@ -177,6 +208,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--global-twin', action='store_true',
                         help='also run each windowed config with '
                         'window_size=0')
+    parser.add_argument('--windowed-twin', action='store_true',
+                        help='also run each global CPVT config in ViTDet\'s '
+                        'window layout (without a class token)')
     parser.add_argument('--memory', action='store_true',
                         help='one subprocess per config: step time and '
                         'peak resident memory (not interleaved)')
