@@ -1,30 +1,33 @@
-// Fused CPU attention with a relative term over per-axis buckets.
+// Fused CPU attention with relative terms over per-axis buckets.
 //
 // For scaled queries q, keys k, values v (B, H, L, d) of `skip` leading
 // tokens and an h x w token grid (L = skip + h * w) it computes, one block of
 // query rows at a time,
 //
-//   e_ij = q_i . k_j + T_ij + m_ij,   p_ij = softmax_j(e_ij),   o_i = sum_j p_ij v_j
+//   e_ij = q_i . k_j + T_ij + U_ij + m_ij,  p_ij = softmax_j(e_ij),
+//   o_i = sum_j p_ij v_j,  and optionally  s_i[b] = sum_{j: b(i, j) = b} p_ij
 //
-// where the relative term T is read from per-query values c_i over per-axis
-// buckets, u = ry(iy, jy) and v = rx(ix, jx) for grid tokens (the tables
-// `rows` (h, h) and `cols` (w, w)):
+// with iRPE's terms (Wu et al., ICCV 2021, Eq. 16-17) read from per-axis
+// buckets u = ry(iy, jy), v = rx(ix, jx) of grid tokens (the tables `rows`
+// (h, h) and `cols` (w, w)):
 //
-//   product:  T_ij = c_i[u * Sx + v]     (iRPE's product method, Wu et al.
-//                                         ICCV 2021, Eq. 16 with Eq. 27)
-//   cross:    T_ij = c_i[u] + c_i[o + v] (iRPE's cross method; ViTDet's /
-//                                         MViTv2's decomposed relative
-//                                         position with plain offsets)
+//   on keys:    T_ij = c_i[u * Sx + v] (product) or c_i[u] + c_i[o + v]
+//               (cross; also ViTDet's / MViTv2's decomposed relative
+//               position, plain offsets as buckets), c_i the values of the
+//               query i (the lookup q_i . r^K_b of Eq. 27, or a bias table);
+//   on queries: U_ij = c'_j[b(j, i)], the same seen from the key j;
+//   on values:  the bucket sums s_i of Eq. 17 (o_i += s_i r^V is the
+//               caller's), and dL/ds_i expanded into dL/dp_ij.
 //
-// and, for a pair with a leading token (a class token), T_ij = c_i[x0]
-// (+ c_i[x1] in the cross method): iRPE's extra bucket(s). m is an additive
-// mask. The forward saves the row log-sum-exp; the backward recomputes each
-// block's probabilities from it and gives dq, dk, dv and the gradient of the
-// values, dc_i[b] = sum_{j: b(i, j) = b} dE_ij with
-// dE = P * (dP - rowsum(dO * O)). Each block of R query rows against all
-// keys stays in the core's cache (R * L elements); the logits, the term, the
-// mask and the softmax are one pass over it, and no (L, L) tensor exists.
-// The matrix products go through ATen (MKL / oneDNN on the block views).
+// A pair with one of the leading tokens (class tokens) uses the extra
+// bucket(s) x0 (+ x1 in the cross method). m is an additive mask. The
+// forward saves the row log-sum-exp; the backward recomputes each block's
+// probabilities from it and gives dq, dk, dv and the values' gradients (the
+// bucket sums of dE = P * (dP - rowsum(dP * P))). Each block of R query
+// rows against all keys stays in the core's cache (R * L elements); the
+// logits, the terms, the mask and the softmax are one pass over it, and no
+// (L, L) tensor exists. The matrix products go through ATen (MKL / oneDNN on
+// the block views).
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
@@ -214,6 +217,71 @@ void reduce_term_row(const T* de, T* dc, int64_t i, const Geometry& g,
   }
 }
 
+// The term on queries (iRPE's r^Q, Eq. 16), seen from the key: s[j] +=
+// cq_j[b(j, i)] for the query i over all keys j, where cq_j is the row of the
+// key j (`cq` + j * `stride`; stride 0: one row for every key, a bias table).
+// `colv` is scratch of w entries.
+template <typename T>
+void add_qterm_row(T* s, const T* cq, int64_t stride, int64_t i,
+                   const Geometry& g, int64_t* colv) {
+  if (g.skip) {
+    const int64_t n = i < g.skip ? g.skip + g.h * g.w : g.skip;
+    for (int64_t j = 0; j < n; ++j) s[j] += extra_value(cq + j * stride, g);
+    if (i < g.skip) return;
+    s += g.skip;
+    cq += g.skip * stride;
+    i -= g.skip;
+  }
+  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
+  for (int64_t jx = 0; jx < w; ++jx) colv[jx] = g.cols[jx * w + ix];
+  for (int64_t jy = 0; jy < g.h; ++jy) {
+    const int64_t u = g.rows[jy * g.h + iy];
+    const T* cr = cq + jy * w * stride;
+    T* sr = s + jy * w;
+    if (g.product) {
+      const int64_t base = u * g.sx;
+      for (int64_t jx = 0; jx < w; ++jx) sr[jx] += cr[jx * stride + base + colv[jx]];
+    } else {
+      for (int64_t jx = 0; jx < w; ++jx)
+        sr[jx] += cr[jx * stride + u] + cr[jx * stride + g.col_offset + colv[jx]];
+    }
+  }
+}
+
+// The adjoint of add_qterm_row: dcq_j[b(j, i)] += dE_ij (`dcq` rows of
+// `nb` contiguous entries, one per key).
+template <typename T>
+void reduce_qterm_row(const T* de, T* dcq, int64_t nb, int64_t i,
+                      const Geometry& g, int64_t* colv) {
+  if (g.skip) {
+    const int64_t n = i < g.skip ? g.skip + g.h * g.w : g.skip;
+    for (int64_t j = 0; j < n; ++j) {
+      dcq[j * nb + g.extra0] += de[j];
+      if (g.extra1 >= 0) dcq[j * nb + g.extra1] += de[j];
+    }
+    if (i < g.skip) return;
+    de += g.skip;
+    dcq += g.skip * nb;
+    i -= g.skip;
+  }
+  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
+  for (int64_t jx = 0; jx < w; ++jx) colv[jx] = g.cols[jx * w + ix];
+  for (int64_t jy = 0; jy < g.h; ++jy) {
+    const int64_t u = g.rows[jy * g.h + iy];
+    T* dr = dcq + jy * w * nb;
+    const T* er = de + jy * w;
+    if (g.product) {
+      const int64_t base = u * g.sx;
+      for (int64_t jx = 0; jx < w; ++jx) dr[jx * nb + base + colv[jx]] += er[jx];
+    } else {
+      for (int64_t jx = 0; jx < w; ++jx) {
+        dr[jx * nb + u] += er[jx];
+        dr[jx * nb + g.col_offset + colv[jx]] += er[jx];
+      }
+    }
+  }
+}
+
 // Query rows per block: R * L elements of about `block_elems` (two such
 // blocks live in the backward), at least 8 and at most L.
 int64_t block_rows(int64_t length, int64_t block_elems) {
@@ -231,17 +299,34 @@ Geometry geometry(const at::Tensor& rows, const at::Tensor& cols,
           layout[4], layout[5], layout[6]};
 }
 
+// The terms of one call: per-query values of the term on keys (k), per-key
+// values of the term on queries (q), both (B, H, L, buckets) views; and
+// whether the bucket sums of the probabilities are wanted (the term on
+// values: its output and table product are taken by the caller).
+struct Terms {
+  c10::optional<at::Tensor> k, q;
+  bool sums;
+};
+
+void check_values(const at::Tensor& x, const at::Tensor& q,
+                  const Geometry& g, int64_t nb) {
+  TORCH_CHECK(x.dim() == 4 && x.stride(3) == 1 && x.size(0) == q.size(0) &&
+                  x.size(1) == q.size(1) && x.size(2) == q.size(2) &&
+                  x.size(3) == nb && x.scalar_type() == q.scalar_type(),
+              "fused attention: term values must be (B, H, L, buckets) in "
+              "the dtype of q, last dim contiguous");
+}
+
 void check_inputs(const at::Tensor& q, const at::Tensor& k,
-                  const at::Tensor& v, const at::Tensor& values,
+                  const at::Tensor& v, const Terms& terms, int64_t nb,
                   const at::Tensor& rows, const at::Tensor& cols,
                   const c10::optional<at::Tensor>& mask, const Geometry& g) {
   TORCH_CHECK(q.device().is_cpu(), "fused attention: CPU tensors only");
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
               "fused attention: q, k, v must be (B, H, L, d)");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() &&
-                  q.scalar_type() == v.scalar_type() &&
-                  q.scalar_type() == values.scalar_type(),
-              "fused attention: q, k, v and the values must share a dtype");
+                  q.scalar_type() == v.scalar_type(),
+              "fused attention: q, k and v must share a dtype");
   const int64_t length = q.size(2);
   TORCH_CHECK(k.size(2) == length && v.size(2) == length &&
                   k.size(0) == q.size(0) && v.size(0) == q.size(0) &&
@@ -256,16 +341,16 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k,
   TORCH_CHECK(rows.scalar_type() == at::kLong && cols.scalar_type() == at::kLong &&
                   rows.is_contiguous() && cols.is_contiguous(),
               "fused attention: contiguous int64 bucket tables");
-  const int64_t nb = values.size(3);
   const int64_t spatial = g.product ? g.sy * g.sx : g.col_offset + g.sx;
-  TORCH_CHECK(values.dim() == 4 && values.stride(3) == 1 &&
-                  values.size(0) == q.size(0) && values.size(1) == q.size(1) &&
-                  values.size(2) == length && spatial <= nb &&
-                  (g.product || g.sy <= g.col_offset) &&
+  TORCH_CHECK(spatial <= nb && (g.product || g.sy <= g.col_offset) &&
                   (g.skip == 0 || (g.extra0 >= 0 && g.extra0 < nb &&
                                    g.extra1 < nb)),
-              "fused attention: values must be (B, H, L, buckets), last dim "
-              "contiguous, holding every bucket the layout reads");
+              "fused attention: the layout reads buckets beyond the ", nb,
+              " of the values");
+  if (terms.k.has_value()) check_values(*terms.k, q, g, nb);
+  if (terms.q.has_value()) check_values(*terms.q, q, g, nb);
+  TORCH_CHECK(terms.k.has_value() || terms.q.has_value() || terms.sums,
+              "fused attention: no relative term");
   const auto check_ids = [](const at::Tensor& t, int64_t n) {
     if (t.numel()) {
       TORCH_CHECK(t.min().item<int64_t>() >= 0 && t.max().item<int64_t>() < n,
@@ -287,22 +372,57 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k,
   }
 }
 
+// The logits' additions of the query i: the term on keys (with the mask),
+// the mask alone, the term on queries.
+template <typename T>
+struct RowTerms {
+  Strided4<T> k, q, m;
+  bool has_k, has_q, has_m;
+  const Geometry* g;
+
+  void add(T* s, int64_t b, int64_t hd, int64_t i, int64_t length, T* pat,
+           int64_t* colv) const {
+    const T* mr = has_m ? m.row(b, hd, i) : nullptr;
+    if (has_k) {
+      add_term_row<T>(s, k.row(b, hd, i), mr, i, *g, pat);
+    } else if (mr) {
+#pragma omp simd
+      for (int64_t j = 0; j < length; ++j) s[j] += mr[j];
+    }
+    if (has_q) add_qterm_row<T>(s, q.row(b, hd, 0), q.si, i, *g, colv);
+  }
+};
+
+template <typename T>
+RowTerms<T> row_terms(const Terms& terms, const c10::optional<at::Tensor>& mask,
+                      const Geometry& g) {
+  const Strided4<T> none{nullptr, 0, 0, 0};
+  return {terms.k ? strided4<T>(*terms.k) : none,
+          terms.q ? strided4<T>(*terms.q) : none,
+          mask ? strided4<T>(*mask) : none,
+          terms.k.has_value(), terms.q.has_value(), mask.has_value(), &g};
+}
+
+int64_t pattern_size(const Geometry& g) {
+  return std::max<int64_t>(1, g.product ? g.sy * g.w : g.w);
+}
+
 template <typename T>
 void forward_impl(const at::Tensor& q, const at::Tensor& k,
                   const at::Tensor& v, const c10::optional<at::Tensor>& mask,
-                  const at::Tensor& values, const Geometry& g,
-                  int64_t block_elems, at::Tensor& out, at::Tensor& lse) {
+                  const Terms& terms, const Geometry& g, int64_t block_elems,
+                  at::Tensor& out, at::Tensor& lse, at::Tensor& sums) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const int64_t rb = block_rows(length, block_elems);
   const int64_t nblocks = (length + rb - 1) / rb;
-  const auto vals = strided4<T>(values);
-  const bool has_mask = mask.has_value();
-  const Strided4<T> m = has_mask ? strided4<T>(*mask) : Strided4<T>{nullptr, 0, 0, 0};
+  const RowTerms<T> rt = row_terms<T>(terms, mask, g);
   T* lse_p = lse.data_ptr<T>();
-  const int64_t pat_size = std::max<int64_t>(1, g.product ? g.sy * g.w : g.w);
+  T* sums_p = terms.sums ? sums.data_ptr<T>() : nullptr;
+  const int64_t nb = terms.sums ? sums.size(3) : 0;
   at::parallel_for(0, batch * heads * nblocks, 1, [&](int64_t begin, int64_t end) {
     at::Tensor scratch = at::empty({rb, length}, q.options());
-    std::vector<T> pat(pat_size);
+    std::vector<T> pat(pattern_size(g));
+    std::vector<int64_t> colv(std::max<int64_t>(1, g.w));
     T* s = scratch.data_ptr<T>();
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / nblocks, blk = task % nblocks;
@@ -313,8 +433,7 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k,
       for (int64_t a = 0; a < r; ++a) {
         const int64_t i = r0 + a;
         T* sr = s + a * length;
-        add_term_row<T>(sr, vals.row(b, hd, i),
-                        has_mask ? m.row(b, hd, i) : nullptr, i, g, pat.data());
+        rt.add(sr, b, hd, i, length, pat.data(), colv.data());
         T mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
         for (int64_t j = 0; j < length; ++j) mx = std::max(mx, sr[j]);
@@ -329,6 +448,10 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k,
 #pragma omp simd
         for (int64_t j = 0; j < length; ++j) sr[j] *= inv;
         lse_p[bh * length + i] = mx + std::log(sum);
+        if (sums_p) {  // the term on values: bucket sums of the row (Eq. 17)
+          reduce_term_row<T>(sr, sums_p + (bh * length + i) * nb, i, g,
+                             pat.data());
+        }
       }
       at::Tensor o = out[b][hd].narrow(0, r0, r);
       at::mm_out(o, logits, v[b][hd]);
@@ -337,27 +460,31 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k,
 }
 
 template <typename T>
-void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
-                   const at::Tensor& k, const at::Tensor& v,
-                   const at::Tensor& out, const at::Tensor& lse,
-                   const c10::optional<at::Tensor>& mask,
-                   const at::Tensor& values, const Geometry& g,
-                   int64_t block_elems, at::Tensor& dq, at::Tensor& dk,
-                   at::Tensor& dv, at::Tensor& dvalues) {
+void backward_impl(const at::Tensor& grad_out,
+                   const c10::optional<at::Tensor>& grad_sums,
+                   const at::Tensor& q, const at::Tensor& k,
+                   const at::Tensor& v, const at::Tensor& out,
+                   const at::Tensor& lse,
+                   const c10::optional<at::Tensor>& mask, const Terms& terms,
+                   const Geometry& g, int64_t block_elems, at::Tensor& dq,
+                   at::Tensor& dk, at::Tensor& dv, at::Tensor& dvalues_k,
+                   at::Tensor& dvalues_q) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const int64_t dim_v = v.size(3);
   const int64_t rb = block_rows(length, block_elems);
-  const auto vals = strided4<T>(values);
-  const bool has_mask = mask.has_value();
-  const Strided4<T> m = has_mask ? strided4<T>(*mask) : Strided4<T>{nullptr, 0, 0, 0};
+  const RowTerms<T> rt = row_terms<T>(terms, mask, g);
+  const bool has_gs = grad_sums.has_value();
+  const Strided4<T> gs = has_gs ? strided4<T>(*grad_sums) : Strided4<T>{nullptr, 0, 0, 0};
   const T* lse_p = lse.data_ptr<T>();
-  const int64_t nb = values.size(3);
-  const int64_t pat_size = std::max<int64_t>(1, g.product ? g.sy * g.w : g.w);
-  // dk and dv accumulate over the query blocks of one (b, h): one task each
+  const int64_t nbk = terms.k ? dvalues_k.size(3) : 0;
+  const int64_t nbq = terms.q ? dvalues_q.size(3) : 0;
+  // dk, dv and the term on queries accumulate over the query blocks of one
+  // (b, h): one task each
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     at::Tensor probs = at::empty({rb, length}, q.options());
     at::Tensor dprobs = at::empty({rb, length}, q.options());
-    std::vector<T> pat(pat_size);
+    std::vector<T> pat(pattern_size(g));
+    std::vector<int64_t> colv(std::max<int64_t>(1, g.w));
     T* p = probs.data_ptr<T>();
     T* dp = dprobs.data_ptr<T>();
     for (int64_t bh = begin; bh < end; ++bh) {
@@ -365,7 +492,8 @@ void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
       const at::Tensor qb = q[b][hd], kb = k[b][hd], vb = v[b][hd];
       const at::Tensor gob = grad_out[b][hd], ob = out[b][hd];
       at::Tensor dkb = dk[b][hd], dvb = dv[b][hd], dqb = dq[b][hd];
-      T* dvals = dvalues[b][hd].data_ptr<T>();
+      T* dvk = terms.k ? dvalues_k[b][hd].data_ptr<T>() : nullptr;
+      T* dvq = terms.q ? dvalues_q[b][hd].data_ptr<T>() : nullptr;
       for (int64_t r0 = 0; r0 < length; r0 += rb) {
         const int64_t r = std::min(rb, length - r0);
         at::Tensor pblk = probs.narrow(0, 0, r), dpblk = dprobs.narrow(0, 0, r);
@@ -374,8 +502,7 @@ void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
         for (int64_t a = 0; a < r; ++a) {
           const int64_t i = r0 + a;
           T* pr = p + a * length;
-          add_term_row<T>(pr, vals.row(b, hd, i),
-                          has_mask ? m.row(b, hd, i) : nullptr, i, g, pat.data());
+          rt.add(pr, b, hd, i, length, pat.data(), colv.data());
           const T l = lse_p[bh * length + i];
 #pragma omp simd
           for (int64_t j = 0; j < length; ++j) pr[j] = exp_impl(pr[j] - l);
@@ -387,13 +514,21 @@ void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
         const int64_t go_s = go.stride(0), o_s = ob.stride(0);
         for (int64_t a = 0; a < r; ++a) {
           const int64_t i = r0 + a;
-          T dot = 0;  // rowsum(dP * P) = dO_i . O_i
-          for (int64_t c = 0; c < dim_v; ++c) dot += go_p[a * go_s + c] * o_p[a * o_s + c];
           T* pr = p + a * length;
           T* dr = dp + a * length;
+          T dot = 0;  // rowsum(dP * P)
+          if (has_gs) {
+            // the term on values: dP_ij += dL/dsums_i[b(i, j)]
+            add_term_row<T>(dr, gs.row(b, hd, i), nullptr, i, g, pat.data());
+#pragma omp simd reduction(+ : dot)
+            for (int64_t j = 0; j < length; ++j) dot += pr[j] * dr[j];
+          } else {  // = dO_i . O_i
+            for (int64_t c = 0; c < dim_v; ++c) dot += go_p[a * go_s + c] * o_p[a * o_s + c];
+          }
 #pragma omp simd
           for (int64_t j = 0; j < length; ++j) dr[j] = pr[j] * (dr[j] - dot);
-          reduce_term_row<T>(dr, dvals + i * nb, i, g, pat.data());
+          if (dvk) reduce_term_row<T>(dr, dvk + i * nbk, i, g, pat.data());
+          if (dvq) reduce_qterm_row<T>(dr, dvq, nbq, i, g, colv.data());
         }
         at::Tensor dqr = dqb.narrow(0, r0, r);
         at::mm_out(dqr, dpblk, kb);                    // dq = dE k
@@ -403,57 +538,76 @@ void backward_impl(const at::Tensor& grad_out, const at::Tensor& q,
   });
 }
 
+at::Tensor empty_like_or_none(const c10::optional<at::Tensor>& x,
+                              const at::Tensor& like) {
+  return x.has_value() ? at::zeros(x->sizes(), x->options())
+                       : at::empty({0}, like.options());
+}
+
 std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                       c10::optional<at::Tensor> mask,
-                                      at::Tensor values, at::Tensor rows,
-                                      at::Tensor cols,
+                                      c10::optional<at::Tensor> values_k,
+                                      c10::optional<at::Tensor> values_q,
+                                      bool with_sums, int64_t num_buckets,
+                                      at::Tensor rows, at::Tensor cols,
                                       std::vector<int64_t> layout,
                                       int64_t block_elems) {
   const Geometry g = geometry(rows, cols, layout);
-  check_inputs(q, k, v, values, rows, cols, mask, g);
+  const Terms terms{values_k, values_q, with_sums};
+  check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  at::Tensor sums = with_sums
+      ? at::zeros({q.size(0), q.size(1), q.size(2), num_buckets}, q.options())
+      : at::empty({0}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_forward", [&] {
-    forward_impl<scalar_t>(q, k, v, mask, values, g, block_elems, out, lse);
+    forward_impl<scalar_t>(q, k, v, mask, terms, g, block_elems, out, lse, sums);
   });
-  return {out, lse};
+  return {out, lse, sums};
 }
 
-std::vector<at::Tensor> fused_backward(at::Tensor grad_out, at::Tensor q,
-                                       at::Tensor k, at::Tensor v,
-                                       at::Tensor out, at::Tensor lse,
+std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
+                                       c10::optional<at::Tensor> grad_sums,
+                                       at::Tensor q, at::Tensor k,
+                                       at::Tensor v, at::Tensor out,
+                                       at::Tensor lse,
                                        c10::optional<at::Tensor> mask,
-                                       at::Tensor values, at::Tensor rows,
+                                       c10::optional<at::Tensor> values_k,
+                                       c10::optional<at::Tensor> values_q,
+                                       int64_t num_buckets, at::Tensor rows,
                                        at::Tensor cols,
                                        std::vector<int64_t> layout,
                                        int64_t block_elems) {
   const Geometry g = geometry(rows, cols, layout);
-  check_inputs(q, k, v, values, rows, cols, mask, g);
+  const Terms terms{values_k, values_q, grad_sums.has_value()};
+  check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);
   TORCH_CHECK(grad_out.sizes() == out.sizes() && grad_out.stride(3) == 1 &&
                   out.is_contiguous() && lse.is_contiguous(),
               "fused attention backward: grad_out / out / lse layout");
+  if (grad_sums.has_value()) check_values(*grad_sums, q, g, num_buckets);
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::zeros(k.sizes(), k.options());
   at::Tensor dv = at::zeros(v.sizes(), v.options());
-  at::Tensor dvalues = at::zeros(
-      {values.size(0), values.size(1), values.size(2), values.size(3)},
-      values.options());
+  at::Tensor dvalues_k = empty_like_or_none(values_k, q);
+  at::Tensor dvalues_q = empty_like_or_none(values_q, q);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_backward", [&] {
-    backward_impl<scalar_t>(grad_out, q, k, v, out, lse, mask, values, g,
-                            block_elems, dq, dk, dv, dvalues);
+    backward_impl<scalar_t>(grad_out, grad_sums, q, k, v, out, lse, mask,
+                            terms, g, block_elems, dq, dk, dv, dvalues_k,
+                            dvalues_q);
   });
-  return {dq, dk, dv, dvalues};
+  return {dq, dk, dv, dvalues_k, dvalues_q};
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "mmpe's fused CPU attention with a per-axis relative term";
+  m.doc() = "mmpe's fused CPU attention with per-axis relative terms";
   m.def("fused_forward", &fused_forward,
-        "out, lse = fused_forward(q, k, v, mask, values, rows, cols, layout, "
-        "block_elems); layout = [product, sy, sx, col_offset, skip, extra0, "
-        "extra1]");
+        "out, lse, sums = fused_forward(q, k, v, mask, values_k, values_q, "
+        "with_sums, num_buckets, rows, cols, layout, block_elems); layout = "
+        "[product, sy, sx, col_offset, skip, extra0, extra1]");
   m.def("fused_backward", &fused_backward,
-        "dq, dk, dv, dvalues = fused_backward(grad_out, q, k, v, out, lse, "
-        "mask, values, rows, cols, layout, block_elems)");
+        "dq, dk, dv, dvalues_k, dvalues_q = fused_backward(grad_out, "
+        "grad_sums, q, k, v, out, lse, mask, values_k, values_q, "
+        "num_buckets, rows, cols, layout, block_elems)");
 }

@@ -57,15 +57,19 @@ class AxisValues(NamedTuple):
     """A logit term as per-query values over per-axis buckets.
 
     For the query ``i = (iy, ix)`` and the key ``j = (jy, jx)`` of the grid,
-    with ``u = rows[iy, jy]`` and ``v = cols[ix, jx]``: ``T[i, j] =
-    values[i, u * col_buckets + v]`` (``'product'``) or ``values[i, u] +
-    values[i, col_offset + v]`` (``'cross'``); for a pair with one of the
-    ``skip`` leading tokens (class tokens), the sum of ``values[i, e]`` over
-    ``extras``. The form the fused CPU kernel
-    (:mod:`~mmpe.models.layers.fused_attention`) reads.
+    with ``u = rows[iy, jy]`` and ``v = cols[ix, jx]``, the bucket of the
+    pair is ``b(i, j) = u * col_buckets + v`` (``'product'``) or the two
+    buckets ``u`` and ``col_offset + v`` (``'cross'``, whose values are
+    summed); a pair with one of the ``skip`` leading tokens (class tokens)
+    has the bucket(s) ``extras``. With ``on='k'`` the term is ``T[i, j] =
+    values[i, b(i, j)]``, with ``on='q'`` it is ``values[j, b(j, i)]`` (seen
+    from the key, as iRPE on queries), and with ``on='v'`` the output gets
+    ``sum_j p_ij values[b(i, j)]`` (iRPE on values, Eq. 17). The form the
+    fused CPU kernel (:mod:`~mmpe.models.layers.fused_attention`) reads.
 
     Attributes:
-        values (Tensor): Broadcastable to (B, H, L, buckets), in the
+        values (Tensor): ``on`` 'k' / 'q': per-token values broadcastable
+            to (B, H, L, buckets); 'v': the table (H', buckets, d). In the
             attention's dtype; differentiable (its gradient flows on to the
             term's tensors through autograd).
         rows (Tensor): (h, h) long, row-axis bucket of each (iy, jy).
@@ -78,6 +82,7 @@ class AxisValues(NamedTuple):
         skip (int): Leading tokens outside the grid.
         extras (tuple[int, ...]): Their bucket(s): one (product) or one per
             axis (cross).
+        on (str): ``'k'``, ``'q'`` or ``'v'`` (above).
     """
 
     values: Tensor
@@ -89,6 +94,7 @@ class AxisValues(NamedTuple):
     col_offset: Optional[int] = None
     skip: int = 0
     extras: Tuple[int, ...] = ()
+    on: str = 'k'
 
 
 #: ``kind`` -> term class, see :func:`register_term`
@@ -162,6 +168,11 @@ class RelativeTerm:
         """``'product'`` / ``'cross'`` when :meth:`axis_values` describes the
         term (cheap to ask; it computes nothing), else None."""
         return None
+
+    @property
+    def axis_on(self) -> str:
+        """:attr:`AxisValues.on` of :meth:`axis_values` (cheap to ask)."""
+        return 'k'
 
     def axis_values(self) -> AxisValues:
         """The term as :class:`AxisValues` (only where :attr:`axis_layout`

@@ -31,7 +31,7 @@ The kernel is compiled when mmpe is installed (``setup.py``, as mmcv's
 ops); without it (:func:`fused_unavailable_reason`) the attention core
 runs its other backends.
 """
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -61,44 +61,62 @@ def fused_unavailable_reason() -> Optional[str]:
 
 @torch.library.custom_op('mmpe::fused_attention', mutates_args=())
 def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
-              values: Tensor, rows: Tensor, cols: Tensor, layout: List[int],
-              block_elements: int) -> Tuple[Tensor, Tensor]:
-    q, k, v, mask, full = _kernel_inputs(q, k, v, mask, values)
-    out, lse = _ext.fused_forward(q, k, v, mask, full, rows.contiguous(),
-                                  cols.contiguous(), layout, block_elements)
-    return out, lse
+              values_k: Optional[Tensor], values_q: Optional[Tensor],
+              with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
+              layout: List[int],
+              block_elements: int) -> Tuple[Tensor, Tensor, Tensor]:
+    q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q)
+    out, lse, sums = _ext.fused_forward(q, k, v, mask, vk, vq, with_sums,
+                                        num_buckets, rows.contiguous(),
+                                        cols.contiguous(), layout,
+                                        block_elements)
+    return out, lse, sums
 
 
 @_fused_op.register_fake
-def _fused_fake(q, k, v, mask, values, rows, cols, layout, block_elements):
+def _fused_fake(q, k, v, mask, values_k, values_q, with_sums, num_buckets,
+                rows, cols, layout, block_elements):
     b, h, length, _ = q.shape
-    return q.new_empty(b, h, length, v.shape[-1]), q.new_empty(b, h, length)
+    sums = q.new_empty((b, h, length, num_buckets) if with_sums else (0, ))
+    return (q.new_empty(b, h, length, v.shape[-1]),
+            q.new_empty(b, h, length), sums)
 
 
 @torch.library.custom_op('mmpe::fused_attention_backward', mutates_args=())
-def _fused_backward_op(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                       out: Tensor, lse: Tensor, mask: Optional[Tensor],
-                       values: Tensor, rows: Tensor, cols: Tensor,
-                       layout: List[int],
+def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
+                       q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                       lse: Tensor, mask: Optional[Tensor],
+                       values_k: Optional[Tensor],
+                       values_q: Optional[Tensor], num_buckets: int,
+                       rows: Tensor, cols: Tensor, layout: List[int],
                        block_elements: int) -> List[Tensor]:
-    q, k, v, mask, full = _kernel_inputs(q, k, v, mask, values)
-    grad_out = grad_out if grad_out.stride(-1) == 1 else \
-        grad_out.contiguous()
-    dq, dk, dv, dvalues = _ext.fused_backward(
-        grad_out, q, k, v, out.contiguous(), lse.contiguous(), mask, full,
-        rows.contiguous(), cols.contiguous(), layout, block_elements)
+    q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q)
+    grad_out, grad_sums = (None if x is None else
+                           x if x.stride(-1) == 1 else x.contiguous()
+                           for x in (grad_out, grad_sums))
+    dq, dk, dv, dvk, dvq = _ext.fused_backward(
+        grad_out, grad_sums, q, k, v, out.contiguous(), lse.contiguous(),
+        mask, vk, vq, num_buckets, rows.contiguous(), cols.contiguous(),
+        layout, block_elements)
     # broadcast values (a bias table) get the sum over their broadcast dims
-    return [dq, dk, dv, dvalues.sum_to_size(values.shape).contiguous()]
+    dvk, dvq = (d if x is None else d.sum_to_size(x.shape).contiguous()
+                for d, x in ((dvk, values_k), (dvq, values_q)))
+    return [dq, dk, dv, dvk, dvq]
 
 
 @_fused_backward_op.register_fake
-def _fused_backward_fake(grad_out, q, k, v, out, lse, mask, values, rows,
-                         cols, layout, block_elements):
-    return [x.new_empty(x.shape) for x in (q, k, v, values)]
+def _fused_backward_fake(grad_out, grad_sums, q, k, v, out, lse, mask,
+                         values_k, values_q, num_buckets, rows, cols, layout,
+                         block_elements):
+    return [x.new_empty(x.shape) for x in (q, k, v)] + [
+        q.new_empty((0, )) if x is None else x.new_empty(x.shape)
+        for x in (values_k, values_q)
+    ]
 
 
 def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
-                   values: Tensor) -> tuple:
+                   values_k: Optional[Tensor],
+                   values_q: Optional[Tensor]) -> tuple:
     """The kernel's layouts: a contiguous last dim everywhere; the mask and
     the values as (B, H, L, .) views of their broadcast forms."""
     b, h, length, _ = q.shape
@@ -107,45 +125,63 @@ def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
         mask = mask.expand(b, h, length, length)
         if mask.stride(-1) != 1:
             mask = mask.contiguous()
-    full = values.expand(b, h, length, values.shape[-1])
-    if full.stride(-1) != 1:
-        full = full.contiguous()
-    return q, k, v, mask, full
+    full = []
+    for values in (values_k, values_q):
+        if values is not None:
+            values = values.expand(b, h, length, values.shape[-1])
+            if values.stride(-1) != 1:
+                values = values.contiguous()
+        full.append(values)
+    return (q, k, v, mask, *full)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, mask, values, rows, cols, layout, block_elements = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, values, rows, cols)
-    ctx.args = (layout, block_elements)
+    (q, k, v, mask, values_k, values_q, with_sums, num_buckets, rows, cols,
+     layout, block_elements) = inputs
+    out, lse, _ = output
+    ctx.save_for_backward(q, k, v, out, lse, mask, values_k, values_q, rows,
+                          cols)
+    ctx.args = (num_buckets, layout, block_elements)
+    ctx.with_sums = with_sums
 
 
-def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor]):
-    q, k, v, out, lse, mask, values, rows, cols = ctx.saved_tensors
-    dq, dk, dv, dvalues = torch.ops.mmpe.fused_attention_backward(
-        grad_out, q, k, v, out, lse, mask, values, rows, cols, *ctx.args)
-    return dq, dk, dv, None, dvalues, None, None, None, None
+def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor],
+              grad_sums: Optional[Tensor]):
+    q, k, v, out, lse, mask, values_k, values_q, rows, cols = \
+        ctx.saved_tensors
+    num_buckets, layout, block_elements = ctx.args
+    if not ctx.with_sums:
+        grad_sums = None
+    dq, dk, dv, dvk, dvq = torch.ops.mmpe.fused_attention_backward(
+        grad_out, grad_sums, q, k, v, out, lse, mask, values_k, values_q,
+        num_buckets, rows, cols, layout, block_elements)
+    return (dq, dk, dv, None, None if values_k is None else dvk,
+            None if values_q is None else dvq) + (None, ) * 6
+
+
+_fused_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def kernel_layout(term: AxisValues) -> List[int]:
-    """The kernel's description of a term: ``[product, Sy, Sx, column
-    offset, skip, extra0, extra1]`` (-1: no extra bucket)."""
+    """The kernel's description of the terms' buckets: ``[product, Sy, Sx,
+    column offset, skip, extra0, extra1]`` (-1: no extra bucket)."""
     extras = list(term.extras) + [-1] * (2 - len(term.extras))
     offset = term.row_buckets if term.col_offset is None else term.col_offset
     return [int(term.layout == 'product'), term.row_buckets,
             term.col_buckets, offset, term.skip] + extras
 
 
-_fused_op.register_autograd(_backward, setup_context=_setup_context)
+def _as_4d(x: Tensor) -> Tensor:
+    return x.reshape((1, ) * (4 - x.dim()) + tuple(x.shape))
 
 
 def fused_attention(q: Tensor,
                     k: Tensor,
                     v: Tensor,
                     mask: Optional[Tensor],
-                    term: AxisValues,
+                    terms: Sequence[AxisValues],
                     block_elements: int = BLOCK_ELEMENTS) -> Tensor:
-    """Attention with one per-axis logit term through the fused kernel.
+    """Attention with per-axis relative terms through the fused kernel.
 
     Args:
         q (Tensor): Scaled (and rotated) queries (B, H, L, d), ``L = skip
@@ -154,21 +190,33 @@ def fused_attention(q: Tensor,
         v (Tensor): Values (B, H, L, dv).
         mask (Tensor, optional): Additive mask broadcastable to
             (B, H, L, L), in the dtype of ``q``.
-        term (AxisValues): The logit term.
+        terms (list[AxisValues]): At most one term on each of keys,
+            queries and values (``on``), on one grid and bucket layout.
         block_elements (int): ``R * L`` of one block of query rows.
 
     Returns:
         Tensor: (B, H, L, dv), differentiable in ``q``, ``k``, ``v`` and
-        ``term.values``.
+        every term's ``values``.
     """
+    by_on = {term.on: term for term in terms}
+    if len(by_on) != len(terms) or not terms:
+        raise ValueError(f'fused_attention takes one term per `on`, got '
+                         f'{[term.on for term in terms]}')
     dtype = q.dtype
     if mask is not None:
-        mask = mask.to(dtype)
-        # (.., L) and (.., L, L) masks as 4-d views, expanded in the kernel
-        mask = mask.reshape((1, ) * (4 - mask.dim()) + tuple(mask.shape))
-    values = term.values.to(dtype)
-    values = values.reshape((1, ) * (4 - values.dim()) + tuple(values.shape))
-    out, _ = torch.ops.mmpe.fused_attention(
-        q, k.to(dtype), v.to(dtype), mask, values, term.rows, term.cols,
-        kernel_layout(term), block_elements)
+        mask = _as_4d(mask.to(dtype))
+    values = {on: _as_4d(by_on[on].values.to(dtype))
+              for on in ('k', 'q') if on in by_on}
+    value_term = by_on.get('v')
+    num_buckets = (value_term.values.shape[-2] if value_term is not None
+                   else next(iter(values.values())).shape[-1])
+    geo = terms[0]
+    out, _, sums = torch.ops.mmpe.fused_attention(
+        q, k.to(dtype), v.to(dtype), mask, values.get('k'), values.get('q'),
+        value_term is not None, num_buckets, geo.rows, geo.cols,
+        kernel_layout(geo), block_elements)
+    if value_term is not None:  # Eq. 17: z_i += sum_b s_ib r^V_b
+        table = value_term.values.to(dtype)  # (H', nb, dv)
+        out = out + (sums @ table[0] if table.shape[0] == 1 else
+                     sums @ table)
     return out

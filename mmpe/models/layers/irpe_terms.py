@@ -261,20 +261,25 @@ class IRPETerm(RelativeTerm):
 
     @property
     def axis_layout(self) -> Optional[str]:
-        """The product and cross methods on keys: the query's values over
-        per-axis buckets (Eq. 27's lookup, or the bias table), skip tokens
-        with their extra bucket(s)."""
+        """The product and cross methods on queries, keys or values: values
+        over per-axis buckets (Eq. 27's lookup, the bias table, or the value
+        table), skip tokens with their extra bucket(s)."""
         method = self._spec['method']
-        if self.on != 'k' or method not in ('product', 'cross'):
-            return None
-        return method
+        return method if method in ('product', 'cross') else None
+
+    @property
+    def axis_on(self) -> str:
+        return self.on
 
     def axis_values(self) -> AxisValues:
         plan = self.plan
-        if self.mode == 'bias':
+        if self.on == 'v':
+            values = self.tensors[0]  # (H', nb, d)
+        elif self.mode == 'bias':
             values = self.tensors[0][None, :, None, :]  # (1, H', 1, nb)
-        else:
-            values = self._lookup(None)  # (B, H, L, nb)
+        else:  # the lookup of the queries (on 'k') or keys (on 'q')
+            x, table = self.tensors
+            values = bucket_lookup(x, table, self._shared)  # (B, H, L, nb)
         cross = isinstance(plan, CrossPlan)
         return AxisValues(
             values, plan.tables['rows'], plan.tables['cols'],
@@ -283,7 +288,8 @@ class IRPETerm(RelativeTerm):
             # the column table's buckets follow the row table's (and its
             # skip bucket)
             col_offset=self.slices[-1].start if cross else None,
-            skip=self.skip, extras=self.extras if self.skip else ())
+            skip=self.skip, extras=self.extras if self.skip else (),
+            on=self.on)
 
     def add_rows(self, logits: Tensor, rows: Rows) -> Tensor:
         if self.mode == 'bias':

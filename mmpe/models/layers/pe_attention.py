@@ -95,9 +95,10 @@ class PEAttention(BaseModule):
               mask and softmax of a cache-sized block of query rows in one
               pass, a backward that recomputes the blocks from the rows'
               log-sum-exp; no ``(L, L)`` tensor, the time of fused
-              attention up to the term. For one logit term over per-axis
-              buckets: iRPE product / cross on keys (contextual or bias),
-              or the decomposed relative position, skip tokens included;
+              attention up to the terms. For terms over per-axis buckets:
+              iRPE product / cross on queries, keys and values (contextual
+              or bias), or the decomposed relative position, skip tokens
+              included;
               CPU, float32 / float64, no attention dropout while training.
               Where it does not apply the call runs ``'chunked'`` with a
               warning, once per module.
@@ -320,7 +321,7 @@ class PEAttention(BaseModule):
         q_logits = qs if rope is None else q * scale
         if backend == 'fused':
             return fused_attention(q_logits, k, v, mask,
-                                   terms[0].axis_values())
+                                   [term.axis_values() for term in terms])
         if backend == 'chunked':
             return relative_attention(q_logits, k, v, mask, terms, height,
                                       width, self.chunk_size or 0,
@@ -520,11 +521,11 @@ class PEAttention(BaseModule):
             return f'dtype {q.dtype} is not supported'
         if self.training and self.attn_drop_prob > 0:
             return 'attention dropout is not supported'
-        if len(terms) != 1 or terms[0].target != 'logits' or (
-                terms[0].axis_layout is None):
-            return ('it takes one logit term over per-axis buckets (iRPE '
-                    'product / cross on keys, or the decomposed relative '
-                    'position)')
+        if any(term.axis_layout is None for term in terms) or len(
+                {term.axis_on for term in terms}) != len(terms):
+            return ('it takes terms over per-axis buckets, one per role '
+                    '(iRPE product / cross on queries, keys and values, or '
+                    'the decomposed relative position)')
         return None
 
     def _warn_once(self, msg: str) -> None:

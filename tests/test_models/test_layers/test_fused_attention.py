@@ -37,22 +37,26 @@ F32_TOL = dict(atol=2e-5, rtol=1e-4)
 
 
 def _settings():
-    """Every setting the kernel reads: contextual / bias, product / cross,
-    on keys, shared or per-head tables, piecewise or clip index."""
+    """Every setting the kernel reads: contextual on k, q, v and their
+    combinations, bias on k, q and both; product / cross, shared or
+    per-head tables, piecewise or clip index (rotating)."""
     out = []
-    for mode in ('contextual', 'bias'):
-        for method in ('product', 'cross'):
-            for shared in (False, True):
-                for index in (dict(ratio=1.0), dict(ratio=1.9),
-                              dict(index='clip', max_distance=2)):
-                    out.append(dict(mode=mode, method=method,
-                                    shared_head=shared, init='xavier',
-                                    **index))
+    combos = [(mode, method, on) for mode, ons in (
+        ('contextual', ('k', 'q', 'v', 'qk', 'kv', 'qkv')),
+        ('bias', ('k', 'q', 'qk'))) for method in ('product', 'cross')
+              for on in ons]
+    indices = (dict(ratio=1.0), dict(ratio=1.9),
+               dict(index='clip', max_distance=2))
+    for i, (mode, method, on) in enumerate(combos):
+        for shared in (False, True):
+            out.append((dict(mode=mode, method=method, shared_head=shared,
+                             init='xavier', **indices[i % 3]), on))
     return out
 
 
-def _setting_id(cfg):
-    return (f"{cfg['mode']}-{cfg['method']}-"
+def _setting_id(setting):
+    cfg, on = setting
+    return (f"{cfg['mode']}-{cfg['method']}-{on}-"
             f"{'shared' if cfg['shared_head'] else 'perhead'}-"
             f"{cfg.get('index', 'piecewise')}{cfg.get('ratio', '')}")
 
@@ -78,38 +82,67 @@ class _Count:
 
 
 # ---------------------------------------------------------------- kernel
-def _dense_reference(q, k, v, mask, term):
-    """softmax(q k^T + T + m) v with ``T[i, j]`` gathered pair by pair from
-    the values, the bucket tables and the extra buckets of skip tokens."""
-    b, h, n, _ = q.shape
+def _pair_buckets(term, i, j):
+    """Bucket(s) of the pair (viewer i, other j) of ``term``'s layout."""
     ww = term.cols.shape[0]
     skip = term.skip
+    if i < skip or j < skip:
+        return list(term.extras)
+    iy, ix = divmod(i - skip, ww)
+    jy, jx = divmod(j - skip, ww)
+    u, v = int(term.rows[iy, jy]), int(term.cols[ix, jx])
+    if term.layout == 'product':
+        return [u * term.col_buckets + v]
     offset = term.row_buckets if term.col_offset is None else term.col_offset
-    full = term.values.expand(b, h, n, term.values.shape[-1])
-    cols = []
+    return [u, offset + v]
+
+
+def _dense_reference(q, k, v, mask, terms):
+    """The attention of iRPE's Eq. 16-17 with every pair's bucket(s) looked
+    up one (i, j) at a time: ``T_ij = c_i[b(i, j)]`` (on keys), ``c'_j[b(j,
+    i)]`` (on queries), ``z_i += sum_j p_ij r[b(i, j)]`` (on values)."""
+    b, h, n, _ = q.shape
+    logits = q @ k.transpose(-1, -2)
+    by_on = {t.on: t for t in terms}
+    rows = []
     for i in range(n):
         row = []
         for j in range(n):
-            if i < skip or j < skip:
-                row.append(sum(full[:, :, i, e] for e in term.extras))
-                continue
-            iy, ix = divmod(i - skip, ww)
-            jy, jx = divmod(j - skip, ww)
-            u, w_ = int(term.rows[iy, jy]), int(term.cols[ix, jx])
-            if term.layout == 'product':
-                row.append(full[:, :, i, u * term.col_buckets + w_])
-            else:
-                row.append(full[:, :, i, u] + full[:, :, i, offset + w_])
-        cols.append(torch.stack(row, -1))
-    e = q @ k.transpose(-1, -2) + torch.stack(cols, -2)
+            e = logits[:, :, i, j]
+            if 'k' in by_on:
+                c = by_on['k'].values.expand(b, h, n, -1)
+                e = e + sum(c[:, :, i, x] for x in _pair_buckets(
+                    by_on['k'], i, j))
+            if 'q' in by_on:
+                c = by_on['q'].values.expand(b, h, n, -1)
+                e = e + sum(c[:, :, j, x] for x in _pair_buckets(
+                    by_on['q'], j, i))
+            row.append(e)
+        rows.append(torch.stack(row, -1))
+    e = torch.stack(rows, -2)
     if mask is not None:
         e = e + mask
-    return e.softmax(-1) @ v
+    p = e.softmax(-1)
+    out = p @ v
+    if 'v' in by_on:
+        table = by_on['v'].values.expand(h, -1, -1)  # (H, nb, dv)
+        extra = torch.stack([
+            torch.stack([
+                sum(p[:, :, i, j, None] * sum(
+                    table[None, :, x] for x in _pair_buckets(
+                        by_on['v'], i, j)) for j in range(n))
+                for i in range(n)
+            ], 2)
+        ], 0)[0]
+        out = out + extra
+    return out
 
 
-def _random_term(grid, layout, skip, broadcast, g, dtype=torch.float64):
+def _random_term(grid, layout, skip, broadcast, g, dtype=torch.float64,
+                 on='k'):
     """Random values and bucket tables; with skip tokens one extra bucket
-    (two for cross) after the spatial ones, as iRPE lays them out."""
+    (two for cross) after the spatial ones, as iRPE lays them out. On
+    values: a (3, buckets, 5) table (3 heads of 5 channels)."""
     h, w = grid
     n = skip + h * w
     sy, sx = (3, 4) if layout == 'product' else (2 * h - 1, 2 * w - 1)
@@ -121,37 +154,51 @@ def _random_term(grid, layout, skip, broadcast, g, dtype=torch.float64):
     rows = torch.randint(0, sy, (h, h), generator=g)
     cols = torch.randint(0, sx, (w, w), generator=g)
     shape = (1, 3, 1, nb) if broadcast else (2, 3, n, nb)
+    if on == 'v':
+        shape = (1 if broadcast else 3, nb, 5)
     values = torch.randn(shape, generator=g, dtype=dtype)
     return AxisValues(values, rows, cols, layout, sy, sx, offset, skip,
-                      extras if skip else ())
+                      extras if skip else (), on)
 
 
 @pytest.mark.parametrize('grid', [(3, 5), (4, 4), (1, 7), (6, 2)])
 @pytest.mark.parametrize('layout', ['product', 'cross'])
 @pytest.mark.parametrize('skip', [0, 1, 2])
+@pytest.mark.parametrize('ons', ['k', 'q', 'v', 'qkv'])
 @pytest.mark.parametrize('block', [8, 2**16], ids=['blocks-of-8', 'one'])
 @pytest.mark.parametrize('broadcast', [False, True],
-                         ids=['per-query', 'bias'])
-def test_kernel_equals_dense_reference(grid, layout, skip, block, broadcast):
-    """Random values and bucket tables, skip tokens, padded keys, an extra
-    float mask; blocks of 8 query rows (never dividing L) or one block:
-    output and the gradients of q, k, v and the values (summed over a
-    broadcast)."""
+                         ids=['per-token', 'bias'])
+def test_kernel_equals_dense_reference(grid, layout, skip, ons, block,
+                                       broadcast):
+    """Random values and bucket tables of the terms on keys, queries and
+    values (one at a time and all three), skip tokens, padded keys, an
+    extra float mask; blocks of 8 query rows (never dividing L) or one
+    block: output and the gradients of q, k, v and every term's values
+    (summed over a broadcast)."""
     g = torch.Generator().manual_seed(sum(grid) + len(layout) + skip)
     n = skip + grid[0] * grid[1]
-    term = _random_term(grid, layout, skip, broadcast, g)
+    # one geometry, terms of it
+    base = _random_term(grid, layout, skip, broadcast, g)
+    terms = [
+        base._replace(on=on, values=_random_term(
+            grid, layout, skip, broadcast, g, on=on).values) for on in ons
+    ]
     q, k, v = (torch.randn(2, 3, n, 5, generator=g, dtype=torch.float64)
                for _ in range(3))
     mask = torch.randn(n, n, generator=g, dtype=torch.float64)
     mask = mask[None, None].repeat(2, 1, 1, 1)
     mask[1, :, :, -3:] = float('-inf')  # padded keys of the second image
     leaves = [t.clone().requires_grad_(True)
-              for t in (q, k, v, term.values)]
-    out = fused_attention(*leaves[:3], mask,
-                          term._replace(values=leaves[3]),
-                          block_elements=block * n)
-    refs = [t.clone().requires_grad_(True) for t in (q, k, v, term.values)]
-    ref = _dense_reference(*refs[:3], mask, term._replace(values=refs[3]))
+              for t in [q, k, v] + [t.values for t in terms]]
+    out = fused_attention(
+        *leaves[:3], mask,
+        [t._replace(values=x) for t, x in zip(terms, leaves[3:])],
+        block_elements=block * n)
+    refs = [t.clone().requires_grad_(True)
+            for t in [q, k, v] + [t.values for t in terms]]
+    ref = _dense_reference(
+        *refs[:3], mask,
+        [t._replace(values=x) for t, x in zip(terms, refs[3:])])
     torch.testing.assert_close(out, ref, **F64_TOL)
     grad = torch.randn(out.shape, generator=g, dtype=out.dtype)
     out.backward(grad)
@@ -166,7 +213,9 @@ def test_kernel_refuses_bucket_ids_out_of_range():
     q = torch.randn(2, 3, 12, 5, dtype=torch.float64)
     bad = term._replace(rows=term.rows + term.row_buckets)
     with pytest.raises(RuntimeError, match='bucket ids out of range'):
-        fused_attention(q, q, q, None, bad)
+        fused_attention(q, q, q, None, [bad])
+    with pytest.raises(ValueError, match='one term per `on`'):
+        fused_attention(q, q, q, None, [term, term])
 
 
 def test_kernel_float32_close_to_float64():
@@ -183,9 +232,9 @@ def test_kernel_float32_close_to_float64():
     for dtype in (torch.float64, torch.float32):
         leaves = [t.to(dtype).detach().requires_grad_(True)
                   for t in (q, k, v, values)]
-        out = fused_attention(*leaves[:3], None,
-                              AxisValues(leaves[3], rows, cols, 'product', 7,
-                                         7))
+        out = fused_attention(*leaves[:3], None, [
+            AxisValues(leaves[3], rows, cols, 'product', 7, 7)
+        ])
         out.backward(torch.ones_like(out))
         outs.append(out.detach().double())
         grads.append([t.grad.double() for t in leaves])
@@ -203,27 +252,33 @@ def test_custom_ops_pass_opcheck():
     rows = torch.randint(0, 3, (3, 3), generator=g)
     cols = torch.randint(0, 3, (4, 4), generator=g)
     mask = torch.zeros(2, 1, 1, 12)
+    values_q = torch.randn(2, 2, 12, 9, generator=g)
     layout = [1, 3, 3, 3, 0, -1, -1]  # product 3 x 3, no skip tokens
-    args = (q.requires_grad_(), k, v, mask, values, rows, cols, layout, 64)
-    torch.library.opcheck(torch.ops.mmpe.fused_attention.default, args)
-    out, lse = torch.ops.mmpe.fused_attention(*args)
-    torch.library.opcheck(
-        torch.ops.mmpe.fused_attention_backward.default,
-        (torch.randn_like(out), q.detach(), k, v, out.detach(),
-         lse.detach(), mask, values.detach(), rows, cols, layout, 64))
+    for with_sums in (False, True):
+        args = (q.requires_grad_(), k, v, mask, values, values_q, with_sums,
+                9, rows, cols, layout, 64)
+        torch.library.opcheck(torch.ops.mmpe.fused_attention.default, args)
+        out, lse, sums = torch.ops.mmpe.fused_attention(*args)
+        torch.library.opcheck(
+            torch.ops.mmpe.fused_attention_backward.default,
+            (torch.randn_like(out),
+             torch.randn_like(sums) if with_sums else None, q.detach(), k, v,
+             out.detach(), lse.detach(), mask, values.detach(), values_q,
+             9, rows, cols, layout, 64))
 
 
 # --------------------------------------------------------- attention core
-@pytest.mark.parametrize('cfg', _settings(), ids=_setting_id)
+@pytest.mark.parametrize('setting', _settings(), ids=_setting_id)
 @pytest.mark.parametrize('grid,skip', [((3, 5), 0), ((5, 3), 1), ((3, 5), 2)])
-def test_fused_equals_explicit_forward_backward(cfg, grid, skip,
+def test_fused_equals_explicit_forward_backward(setting, grid, skip,
                                                 monkeypatch):
     """Every setting the kernel reads, with 0, 1 or 2 class tokens and a
-    padded image in the batch: output, the gradients of q, k, v and of the
-    table."""
+    padded image in the batch: output, the gradients of q, k, v and of
+    every table."""
+    cfg, on = setting
     count = _Count(monkeypatch)
-    want = _fwd_bwd(_core('explicit', cfg, skip=skip), skip, grid=grid)
-    got = _fwd_bwd(_core('fused', cfg, skip=skip), skip, grid=grid)
+    want = _fwd_bwd(_core('explicit', cfg, on, skip), skip, grid=grid)
+    got = _fwd_bwd(_core('fused', cfg, on, skip), skip, grid=grid)
     assert count.calls == 1
     _assert_same(got, want)
 
@@ -323,10 +378,8 @@ def test_fused_keeps_no_square_tensor_for_the_backward():
 
 
 @pytest.mark.parametrize('on,skip,cfg,reason', [
-    ('q', 0, dict(method='product'), 'one logit term'),
-    ('qk', 0, dict(method='product'), 'one logit term'),
-    ('kv', 0, dict(method='product'), 'one logit term'),
-    ('k', 0, dict(method='euclidean'), 'one logit term'),
+    ('k', 0, dict(method='euclidean'), 'per-axis buckets'),
+    ('qkv', 1, dict(method='quant'), 'per-axis buckets'),
 ])
 def test_settings_outside_the_kernel_fall_back_to_chunked(
         on, skip, cfg, reason, monkeypatch):
