@@ -283,10 +283,10 @@ void reduce_qterm_row(const T* de, T* dcq, int64_t nb, int64_t i,
 }
 
 // Query rows per block: R * L elements of about `block_elems` (two such
-// blocks live in the backward), at least 8 and at most L.
-int64_t block_rows(int64_t length, int64_t block_elems) {
-  const int64_t r = std::max<int64_t>(8, block_elems / std::max<int64_t>(length, 1));
-  return std::min(r, length);
+// blocks live in the backward), at least `min_rows` and at most L.
+int64_t block_rows(int64_t length, int64_t block_elems, int64_t min_rows) {
+  const int64_t r = std::max<int64_t>(min_rows, block_elems / std::max<int64_t>(length, 1));
+  return std::max<int64_t>(1, std::min(r, length));
 }
 
 // The term's layout, as the Python side passes it: `layout` = {product (1
@@ -411,9 +411,10 @@ template <typename T>
 void forward_impl(const at::Tensor& q, const at::Tensor& k,
                   const at::Tensor& v, const c10::optional<at::Tensor>& mask,
                   const Terms& terms, const Geometry& g, int64_t block_elems,
-                  at::Tensor& out, at::Tensor& lse, at::Tensor& sums) {
+                  int64_t min_rows, at::Tensor& out, at::Tensor& lse,
+                  at::Tensor& sums) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
-  const int64_t rb = block_rows(length, block_elems);
+  const int64_t rb = block_rows(length, block_elems, min_rows);
   const int64_t nblocks = (length + rb - 1) / rb;
   const RowTerms<T> rt = row_terms<T>(terms, mask, g);
   T* lse_p = lse.data_ptr<T>();
@@ -466,12 +467,12 @@ void backward_impl(const at::Tensor& grad_out,
                    const at::Tensor& v, const at::Tensor& out,
                    const at::Tensor& lse,
                    const c10::optional<at::Tensor>& mask, const Terms& terms,
-                   const Geometry& g, int64_t block_elems, at::Tensor& dq,
-                   at::Tensor& dk, at::Tensor& dv, at::Tensor& dvalues_k,
-                   at::Tensor& dvalues_q) {
+                   const Geometry& g, int64_t block_elems, int64_t min_rows,
+                   at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+                   at::Tensor& dvalues_k, at::Tensor& dvalues_q) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const int64_t dim_v = v.size(3);
-  const int64_t rb = block_rows(length, block_elems);
+  const int64_t rb = block_rows(length, block_elems, min_rows);
   const RowTerms<T> rt = row_terms<T>(terms, mask, g);
   const bool has_gs = grad_sums.has_value();
   const Strided4<T> gs = has_gs ? strided4<T>(*grad_sums) : Strided4<T>{nullptr, 0, 0, 0};
@@ -551,7 +552,7 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                       bool with_sums, int64_t num_buckets,
                                       at::Tensor rows, at::Tensor cols,
                                       std::vector<int64_t> layout,
-                                      int64_t block_elems) {
+                                      int64_t block_elems, int64_t min_rows) {
   const Geometry g = geometry(rows, cols, layout);
   const Terms terms{values_k, values_q, with_sums};
   check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);
@@ -561,7 +562,8 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
       ? at::zeros({q.size(0), q.size(1), q.size(2), num_buckets}, q.options())
       : at::empty({0}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_forward", [&] {
-    forward_impl<scalar_t>(q, k, v, mask, terms, g, block_elems, out, lse, sums);
+    forward_impl<scalar_t>(q, k, v, mask, terms, g, block_elems, min_rows, out,
+                           lse, sums);
   });
   return {out, lse, sums};
 }
@@ -577,7 +579,8 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
                                        int64_t num_buckets, at::Tensor rows,
                                        at::Tensor cols,
                                        std::vector<int64_t> layout,
-                                       int64_t block_elems) {
+                                       int64_t block_elems,
+                                       int64_t min_rows) {
   const Geometry g = geometry(rows, cols, layout);
   const Terms terms{values_k, values_q, grad_sums.has_value()};
   check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);
@@ -592,8 +595,8 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
   at::Tensor dvalues_q = empty_like_or_none(values_q, q);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_backward", [&] {
     backward_impl<scalar_t>(grad_out, grad_sums, q, k, v, out, lse, mask,
-                            terms, g, block_elems, dq, dk, dv, dvalues_k,
-                            dvalues_q);
+                            terms, g, block_elems, min_rows, dq, dk, dv,
+                            dvalues_k, dvalues_q);
   });
   return {dq, dk, dv, dvalues_k, dvalues_q};
 }
@@ -604,10 +607,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mmpe's fused CPU attention with per-axis relative terms";
   m.def("fused_forward", &fused_forward,
         "out, lse, sums = fused_forward(q, k, v, mask, values_k, values_q, "
-        "with_sums, num_buckets, rows, cols, layout, block_elems); layout = "
-        "[product, sy, sx, col_offset, skip, extra0, extra1]");
+        "with_sums, num_buckets, rows, cols, layout, block_elems, min_rows); "
+        "layout = [product, sy, sx, col_offset, skip, extra0, extra1]");
   m.def("fused_backward", &fused_backward,
         "dq, dk, dv, dvalues_k, dvalues_q = fused_backward(grad_out, "
         "grad_sums, q, k, v, out, lse, mask, values_k, values_q, "
-        "num_buckets, rows, cols, layout, block_elems)");
+        "num_buckets, rows, cols, layout, block_elems, min_rows)");
 }

@@ -49,9 +49,12 @@ except ImportError as e:  # not built (no compiler at install time)
 #: the tests' tight comparisons)
 FUSED_DTYPES = (torch.float32, torch.float64)
 #: Elements of one block of query rows against all keys (R * L): two such
-#: blocks per thread stay in a 1-2 MB L2 cache (float32). Measured on CPU,
-#: docs/benchmark.md ("Long sequences").
+#: blocks per thread stay in a 1-2 MB L2 cache (float32) ...
 BLOCK_ELEMENTS = 2**16
+#: ... but never fewer query rows than this: the block's matrix products
+#: lose efficiency below (8 rows at 8192 tokens took 1.36x the time of 32,
+#: measured on CPU; 16 to 64 rows were within 5 % of each other at 4096)
+MIN_BLOCK_ROWS = 32
 
 
 def fused_unavailable_reason() -> Optional[str]:
@@ -63,19 +66,19 @@ def fused_unavailable_reason() -> Optional[str]:
 def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
               values_k: Optional[Tensor], values_q: Optional[Tensor],
               with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
-              layout: List[int],
-              block_elements: int) -> Tuple[Tensor, Tensor, Tensor]:
+              layout: List[int], block_elements: int,
+              min_rows: int) -> Tuple[Tensor, Tensor, Tensor]:
     q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q)
     out, lse, sums = _ext.fused_forward(q, k, v, mask, vk, vq, with_sums,
                                         num_buckets, rows.contiguous(),
                                         cols.contiguous(), layout,
-                                        block_elements)
+                                        block_elements, min_rows)
     return out, lse, sums
 
 
 @_fused_op.register_fake
 def _fused_fake(q, k, v, mask, values_k, values_q, with_sums, num_buckets,
-                rows, cols, layout, block_elements):
+                rows, cols, layout, block_elements, min_rows):
     b, h, length, _ = q.shape
     sums = q.new_empty((b, h, length, num_buckets) if with_sums else (0, ))
     return (q.new_empty(b, h, length, v.shape[-1]),
@@ -89,7 +92,7 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                        values_k: Optional[Tensor],
                        values_q: Optional[Tensor], num_buckets: int,
                        rows: Tensor, cols: Tensor, layout: List[int],
-                       block_elements: int) -> List[Tensor]:
+                       block_elements: int, min_rows: int) -> List[Tensor]:
     q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q)
     grad_out, grad_sums = (None if x is None else
                            x if x.stride(-1) == 1 else x.contiguous()
@@ -97,7 +100,7 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
     dq, dk, dv, dvk, dvq = _ext.fused_backward(
         grad_out, grad_sums, q, k, v, out.contiguous(), lse.contiguous(),
         mask, vk, vq, num_buckets, rows.contiguous(), cols.contiguous(),
-        layout, block_elements)
+        layout, block_elements, min_rows)
     # broadcast values (a bias table) get the sum over their broadcast dims
     dvk, dvq = (d if x is None else d.sum_to_size(x.shape).contiguous()
                 for d, x in ((dvk, values_k), (dvq, values_q)))
@@ -107,7 +110,7 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
 @_fused_backward_op.register_fake
 def _fused_backward_fake(grad_out, grad_sums, q, k, v, out, lse, mask,
                          values_k, values_q, num_buckets, rows, cols, layout,
-                         block_elements):
+                         block_elements, min_rows):
     return [x.new_empty(x.shape) for x in (q, k, v)] + [
         q.new_empty((0, )) if x is None else x.new_empty(x.shape)
         for x in (values_k, values_q)
@@ -137,11 +140,11 @@ def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
 
 def _setup_context(ctx, inputs, output) -> None:
     (q, k, v, mask, values_k, values_q, with_sums, num_buckets, rows, cols,
-     layout, block_elements) = inputs
+     layout, block_elements, min_rows) = inputs
     out, lse, _ = output
     ctx.save_for_backward(q, k, v, out, lse, mask, values_k, values_q, rows,
                           cols)
-    ctx.args = (num_buckets, layout, block_elements)
+    ctx.args = (num_buckets, layout, block_elements, min_rows)
     ctx.with_sums = with_sums
 
 
@@ -149,14 +152,13 @@ def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor],
               grad_sums: Optional[Tensor]):
     q, k, v, out, lse, mask, values_k, values_q, rows, cols = \
         ctx.saved_tensors
-    num_buckets, layout, block_elements = ctx.args
     if not ctx.with_sums:
         grad_sums = None
     dq, dk, dv, dvk, dvq = torch.ops.mmpe.fused_attention_backward(
         grad_out, grad_sums, q, k, v, out, lse, mask, values_k, values_q,
-        num_buckets, rows, cols, layout, block_elements)
+        *ctx.args[:1], rows, cols, *ctx.args[1:])
     return (dq, dk, dv, None, None if values_k is None else dvk,
-            None if values_q is None else dvq) + (None, ) * 6
+            None if values_q is None else dvq) + (None, ) * 7
 
 
 _fused_op.register_autograd(_backward, setup_context=_setup_context)
@@ -180,7 +182,7 @@ def fused_attention(q: Tensor,
                     v: Tensor,
                     mask: Optional[Tensor],
                     terms: Sequence[AxisValues],
-                    block_elements: int = BLOCK_ELEMENTS) -> Tensor:
+                    block_rows: Optional[int] = None) -> Tensor:
     """Attention with per-axis relative terms through the fused kernel.
 
     Args:
@@ -192,7 +194,9 @@ def fused_attention(q: Tensor,
             (B, H, L, L), in the dtype of ``q``.
         terms (list[AxisValues]): At most one term on each of keys,
             queries and values (``on``), on one grid and bucket layout.
-        block_elements (int): ``R * L`` of one block of query rows.
+        block_rows (int, optional): Query rows per block; None: about
+            :data:`BLOCK_ELEMENTS` logits per block, at least
+            :data:`MIN_BLOCK_ROWS` rows.
 
     Returns:
         Tensor: (B, H, L, dv), differentiable in ``q``, ``k``, ``v`` and
@@ -214,7 +218,10 @@ def fused_attention(q: Tensor,
     out, _, sums = torch.ops.mmpe.fused_attention(
         q, k.to(dtype), v.to(dtype), mask, values.get('k'), values.get('q'),
         value_term is not None, num_buckets, geo.rows, geo.cols,
-        kernel_layout(geo), block_elements)
+        kernel_layout(geo),
+        # the kernel's rule: max(min_rows, block_elements // L) rows
+        *((BLOCK_ELEMENTS, MIN_BLOCK_ROWS) if block_rows is None else
+          (0, block_rows)))
     if value_term is not None:  # Eq. 17: z_i += sum_b s_ib r^V_b
         table = value_term.values.to(dtype)  # (H', nb, dv)
         out = out + (sums @ table[0] if table.shape[0] == 1 else

@@ -165,16 +165,16 @@ def _random_term(grid, layout, skip, broadcast, g, dtype=torch.float64,
 @pytest.mark.parametrize('layout', ['product', 'cross'])
 @pytest.mark.parametrize('skip', [0, 1, 2])
 @pytest.mark.parametrize('ons', ['k', 'q', 'v', 'qkv'])
-@pytest.mark.parametrize('block', [8, 2**16], ids=['blocks-of-8', 'one'])
+@pytest.mark.parametrize('block', [8, None], ids=['blocks-of-8', 'auto'])
 @pytest.mark.parametrize('broadcast', [False, True],
                          ids=['per-token', 'bias'])
 def test_kernel_equals_dense_reference(grid, layout, skip, ons, block,
                                        broadcast):
     """Random values and bucket tables of the terms on keys, queries and
     values (one at a time and all three), skip tokens, padded keys, an
-    extra float mask; blocks of 8 query rows (never dividing L) or one
-    block: output and the gradients of q, k, v and every term's values
-    (summed over a broadcast)."""
+    extra float mask; blocks of 8 query rows (never dividing L) or the
+    automatic blocks (one here): output and the gradients of q, k, v and
+    every term's values (summed over a broadcast)."""
     g = torch.Generator().manual_seed(sum(grid) + len(layout) + skip)
     n = skip + grid[0] * grid[1]
     # one geometry, terms of it
@@ -193,7 +193,7 @@ def test_kernel_equals_dense_reference(grid, layout, skip, ons, block,
     out = fused_attention(
         *leaves[:3], mask,
         [t._replace(values=x) for t, x in zip(terms, leaves[3:])],
-        block_elements=block * n)
+        block_rows=block)
     refs = [t.clone().requires_grad_(True)
             for t in [q, k, v] + [t.values for t in terms]]
     ref = _dense_reference(
@@ -256,7 +256,7 @@ def test_custom_ops_pass_opcheck():
     layout = [1, 3, 3, 3, 0, -1, -1]  # product 3 x 3, no skip tokens
     for with_sums in (False, True):
         args = (q.requires_grad_(), k, v, mask, values, values_q, with_sums,
-                9, rows, cols, layout, 64)
+                9, rows, cols, layout, 0, 5)  # blocks of 5 rows
         torch.library.opcheck(torch.ops.mmpe.fused_attention.default, args)
         out, lse, sums = torch.ops.mmpe.fused_attention(*args)
         torch.library.opcheck(
@@ -264,7 +264,7 @@ def test_custom_ops_pass_opcheck():
             (torch.randn_like(out),
              torch.randn_like(sums) if with_sums else None, q.detach(), k, v,
              out.detach(), lse.detach(), mask, values.detach(), values_q,
-             9, rows, cols, layout, 64))
+             9, rows, cols, layout, 0, 5))
 
 
 # --------------------------------------------------------- attention core
