@@ -217,69 +217,52 @@ void reduce_term_row(const T* de, T* dc, int64_t i, const Geometry& g,
   }
 }
 
-// The term on queries (iRPE's r^Q, Eq. 16), seen from the key: s[j] +=
-// cq_j[b(j, i)] for the query i over all keys j, where cq_j is the row of the
-// key j (`cq` + j * `stride`; stride 0: one row for every key, a bias table).
-// `colv` is scratch of w entries.
-template <typename T>
-void add_qterm_row(T* s, const T* cq, int64_t stride, int64_t i,
-                   const Geometry& g, int64_t* colv) {
-  if (g.skip) {
+// The pairs of the term on queries (iRPE's r^Q, Eq. 16), seen from the key:
+// f(j, x) for every key j and each bucket x of b(j, i) of the query i (two
+// buckets in the cross method). `colv` is scratch of w entries.
+template <typename F>
+void visit_qterm_row(int64_t i, const Geometry& g, int64_t* colv, F&& f) {
+  if (g.skip) {  // pairs with a token outside the grid: its bucket(s)
     const int64_t n = i < g.skip ? g.skip + g.h * g.w : g.skip;
-    for (int64_t j = 0; j < n; ++j) s[j] += extra_value(cq + j * stride, g);
+    for (int64_t j = 0; j < n; ++j) {
+      f(j, g.extra0);
+      if (g.extra1 >= 0) f(j, g.extra1);
+    }
     if (i < g.skip) return;
-    s += g.skip;
-    cq += g.skip * stride;
     i -= g.skip;
   }
   const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
   for (int64_t jx = 0; jx < w; ++jx) colv[jx] = g.cols[jx * w + ix];
   for (int64_t jy = 0; jy < g.h; ++jy) {
-    const int64_t u = g.rows[jy * g.h + iy];
-    const T* cr = cq + jy * w * stride;
-    T* sr = s + jy * w;
+    const int64_t u = g.rows[jy * g.h + iy], j0 = g.skip + jy * w;
     if (g.product) {
-      const int64_t base = u * g.sx;
-      for (int64_t jx = 0; jx < w; ++jx) sr[jx] += cr[jx * stride + base + colv[jx]];
+      for (int64_t jx = 0; jx < w; ++jx) f(j0 + jx, u * g.sx + colv[jx]);
     } else {
-      for (int64_t jx = 0; jx < w; ++jx)
-        sr[jx] += cr[jx * stride + u] + cr[jx * stride + g.col_offset + colv[jx]];
+      for (int64_t jx = 0; jx < w; ++jx) {
+        f(j0 + jx, u);
+        f(j0 + jx, g.col_offset + colv[jx]);
+      }
     }
   }
 }
 
-// The adjoint of add_qterm_row: dcq_j[b(j, i)] += dE_ij (`dcq` rows of
-// `nb` contiguous entries, one per key).
+// s[j] += cq_j[b(j, i)] for the query i over all keys j, cq_j the row of
+// the key j (`cq` + j * `stride`; stride 0: one row for every key, a bias
+// table).
+template <typename T>
+void add_qterm_row(T* s, const T* cq, int64_t stride, int64_t i,
+                   const Geometry& g, int64_t* colv) {
+  visit_qterm_row(i, g, colv,
+                  [&](int64_t j, int64_t x) { s[j] += cq[j * stride + x]; });
+}
+
+// Its adjoint: dcq_j[b(j, i)] += dE_ij (`dcq`: rows of `nb` entries, one
+// per key).
 template <typename T>
 void reduce_qterm_row(const T* de, T* dcq, int64_t nb, int64_t i,
                       const Geometry& g, int64_t* colv) {
-  if (g.skip) {
-    const int64_t n = i < g.skip ? g.skip + g.h * g.w : g.skip;
-    for (int64_t j = 0; j < n; ++j) {
-      dcq[j * nb + g.extra0] += de[j];
-      if (g.extra1 >= 0) dcq[j * nb + g.extra1] += de[j];
-    }
-    if (i < g.skip) return;
-    de += g.skip;
-    dcq += g.skip * nb;
-    i -= g.skip;
-  }
-  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
-  for (int64_t jx = 0; jx < w; ++jx) colv[jx] = g.cols[jx * w + ix];
-  for (int64_t jy = 0; jy < g.h; ++jy) {
-    const int64_t u = g.rows[jy * g.h + iy];
-    T* dr = dcq + jy * w * nb;
-    const T* er = de + jy * w;
-    if (g.product) {
-      const int64_t base = u * g.sx;
-      for (int64_t jx = 0; jx < w; ++jx) dr[jx * nb + base + colv[jx]] += er[jx];
-    } else {
-      for (int64_t jx = 0; jx < w; ++jx) {
-        dr[jx * nb + u] += er[jx];
-        dr[jx * nb + g.col_offset + colv[jx]] += er[jx];
-      }
-    }
-  }
+  visit_qterm_row(i, g, colv,
+                  [&](int64_t j, int64_t x) { dcq[j * nb + x] += de[j]; });
 }
 
 // Query rows per block: R * L elements of about `block_elems` (two such
