@@ -404,6 +404,7 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k,
   T* sums_p = terms.sums ? sums.data_ptr<T>() : nullptr;
   const int64_t nb = terms.sums ? sums.size(3) : 0;
   at::parallel_for(0, batch * heads * nblocks, 1, [&](int64_t begin, int64_t end) {
+    at::NoGradGuard no_grad;
     at::Tensor scratch = at::empty({rb, length}, q.options());
     std::vector<T> pat(pattern_size(g));
     std::vector<int64_t> colv(std::max<int64_t>(1, g.w));
@@ -465,6 +466,7 @@ void backward_impl(const at::Tensor& grad_out,
   // dk, dv and the term on queries accumulate over the query blocks of one
   // (b, h): one task each
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+    at::NoGradGuard no_grad;
     at::Tensor probs = at::empty({rb, length}, q.options());
     at::Tensor dprobs = at::empty({rb, length}, q.options());
     std::vector<T> pat(pattern_size(g));
@@ -522,6 +524,11 @@ void backward_impl(const at::Tensor& grad_out,
   });
 }
 
+template <typename... Opt>
+void detach_all(Opt&... xs) {
+  ((xs = xs.has_value() ? c10::optional<at::Tensor>(xs->detach()) : xs), ...);
+}
+
 at::Tensor empty_like_or_none(const c10::optional<at::Tensor>& x,
                               const at::Tensor& like) {
   return x.has_value() ? at::zeros(x->sizes(), x->options())
@@ -536,6 +543,10 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                       at::Tensor rows, at::Tensor cols,
                                       std::vector<int64_t> layout,
                                       int64_t block_elems, int64_t min_rows) {
+  // the kernel is below autograd; intra-op worker threads do not inherit
+  // the caller's grad mode, so the products see detached views only
+  q = q.detach(), k = k.detach(), v = v.detach();
+  detach_all(mask, values_k, values_q);
   const Geometry g = geometry(rows, cols, layout);
   const Terms terms{values_k, values_q, with_sums};
   check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);
@@ -564,6 +575,9 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
                                        std::vector<int64_t> layout,
                                        int64_t block_elems,
                                        int64_t min_rows) {
+  q = q.detach(), k = k.detach(), v = v.detach();
+  out = out.detach(), lse = lse.detach(), grad_out = grad_out.detach();
+  detach_all(mask, values_k, values_q, grad_sums);
   const Geometry g = geometry(rows, cols, layout);
   const Terms terms{values_k, values_q, grad_sums.has_value()};
   check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);

@@ -461,3 +461,36 @@ def test_without_the_kernel_the_other_backends_run(monkeypatch):
     assert count.calls == 0
     _assert_same(got, want)
     assert fused_module.fused_unavailable_reason() is None  # the real one
+
+
+def test_kernel_in_parallel_equals_serial():
+    """Two intra-op threads (the forward splits (image, head, block), the
+    backward (image, head)) give what one thread gives, bit for bit."""
+    g = torch.Generator().manual_seed(11)
+    terms = [
+        _random_term((5, 6), 'product', 1, False, g, on=on)
+        for on in ('k', 'q', 'v')
+    ]
+    terms = [terms[0]] + [
+        terms[0]._replace(on=t.on, values=t.values) for t in terms[1:]
+    ]
+    q, k, v = (torch.randn(2, 3, 31, 5, generator=g, dtype=torch.float64)
+               for _ in range(3))
+    grad = torch.randn(2, 3, 31, 5, generator=g, dtype=torch.float64)
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            leaves = [t.clone().requires_grad_(True)
+                      for t in [q, k, v] + [t.values for t in terms]]
+            out = fused_attention(
+                *leaves[:3], None,
+                [t._replace(values=x) for t, x in zip(terms, leaves[3:])],
+                block_rows=8)
+            out.backward(grad)
+            results.append([out.detach()] + [t.grad for t in leaves])
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
