@@ -207,6 +207,33 @@ def test_kernel_equals_dense_reference(grid, layout, skip, ons, block,
         torch.testing.assert_close(a.grad, b.grad, **F64_TOL)
 
 
+@pytest.mark.parametrize('ons', ['k', 'qkv'])
+def test_kernel_on_head_views_of_a_fused_projection(ons):
+    """q, k, v as the strided head views of one (B, L, 3, H, D) projection
+    (as the ViT and DETR layers split them; the backward reads q and k in
+    place, the forward copies them): the dense reference, forward and
+    backward."""
+    g = torch.Generator().manual_seed(5)
+    grid, n = (4, 5), 20
+    base = _random_term(grid, 'product', 0, False, g)
+    terms = [base._replace(on=on, values=_random_term(
+        grid, 'product', 0, False, g, on=on).values) for on in ons]
+    qkv = torch.randn(2, n, 3, 3, 5, generator=g, dtype=torch.float64)
+    grad = torch.randn(2, 3, n, 5, generator=g, dtype=torch.float64)
+    results = []
+    for attention in (fused_attention, _dense_reference):
+        qkv_leaf = qkv.clone().requires_grad_(True)
+        values = [t.values.clone().requires_grad_(True) for t in terms]
+        q, k, v = qkv_leaf.permute(2, 0, 3, 1, 4).unbind(0)
+        assert not q.is_contiguous()
+        out = attention(q, k, v, None, [
+            t._replace(values=x) for t, x in zip(terms, values)])
+        out.backward(grad)
+        results.append([out.detach(), qkv_leaf.grad] + [x.grad for x in values])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **F64_TOL)
+
+
 def test_kernel_refuses_bucket_ids_out_of_range():
     g = torch.Generator().manual_seed(0)
     term = _random_term((3, 4), 'product', 0, False, g)
