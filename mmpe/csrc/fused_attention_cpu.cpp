@@ -475,7 +475,12 @@ void backward_impl(const at::Tensor& grad_out,
     T* dp = dprobs.data_ptr<T>();
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, hd = bh % heads;
-      const at::Tensor qb = q[b][hd], kb = k[b][hd], vb = v[b][hd];
+      // one head's contiguous copies (heads split from a fused projection
+      // are strided views, read slower by the block products): a task's
+      // (L, D) buffers instead of copies of the whole q, k, v that would
+      // live through the whole backward
+      const at::Tensor qb = q[b][hd].contiguous(), kb = k[b][hd].contiguous(),
+                       vb = v[b][hd].contiguous();
       const at::Tensor gob = grad_out[b][hd], ob = out[b][hd];
       at::Tensor dkb = dk[b][hd], dvb = dv[b][hd], dqb = dq[b][hd];
       T* dvk = terms.k ? dvalues_k[b][hd].data_ptr<T>() : nullptr;

@@ -94,11 +94,11 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                        values_q: Optional[Tensor], num_buckets: int,
                        rows: Tensor, cols: Tensor, layout: List[int],
                        block_elements: int, min_rows: int) -> List[Tensor]:
-    # only v copied: q and k copies would stay alive beside the saved views
-    # for the whole backward (ViT-S, 4,096 tokens: peak 1.64x -> 1.41x of
-    # fused attention) and gain little there (time 1.17x -> 1.20x)
+    # no copies here: they would live beside the saved views through the
+    # whole backward (ViT-S, 4,096 tokens: peak 1.64x -> 1.31x of fused
+    # attention); the kernel copies one head at a time instead
     q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q,
-                                           copies='v')
+                                           copies='')
     grad_out, grad_sums = (None if x is None else
                            x if x.stride(-1) == 1 else x.contiguous()
                            for x in (grad_out, grad_sums))
