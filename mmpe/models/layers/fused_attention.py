@@ -69,7 +69,7 @@ def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
               layout: List[int], block_elements: int,
               min_rows: int) -> Tuple[Tensor, Tensor, Tensor]:
     q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q,
-                                           copies='qkv')
+                                           copy_qkv=True)
     out, lse, sums = _ext.fused_forward(q, k, v, mask, vk, vq, with_sums,
                                         num_buckets, rows.contiguous(),
                                         cols.contiguous(), layout,
@@ -95,10 +95,10 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                        rows: Tensor, cols: Tensor, layout: List[int],
                        block_elements: int, min_rows: int) -> List[Tensor]:
     # no copies here: they would live beside the saved views through the
-    # whole backward (ViT-S, 4,096 tokens: peak 1.64x -> 1.31x of fused
+    # whole backward (ViT-S, 4,096 tokens: peak 1.64x -> 1.36x of fused
     # attention); the kernel copies one head at a time instead
     q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q,
-                                           copies='')
+                                           copy_qkv=False)
     grad_out, grad_sums = (None if x is None else
                            x if x.stride(-1) == 1 else x.contiguous()
                            for x in (grad_out, grad_sums))
@@ -124,16 +124,16 @@ def _fused_backward_fake(grad_out, grad_sums, q, k, v, out, lse, mask,
 
 def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                    values_k: Optional[Tensor],
-                   values_q: Optional[Tensor], copies: str) -> tuple:
-    """The kernel's layouts: a contiguous last dim everywhere, and
-    contiguous copies of those of q, k, v named in ``copies`` (heads split
+                   values_q: Optional[Tensor], copy_qkv: bool) -> tuple:
+    """The kernel's layouts: a contiguous last dim everywhere, and with
+    ``copy_qkv`` contiguous copies of q, k, v (heads split
     from a fused projection are strided views; the block products read
     contiguous ones faster: a ViT-S layer at 4,096 tokens 1.30x -> 1.21x the
     time of fused attention, the copies included); the mask and the values
     as (B, H, L, .) views of their broadcast forms."""
     b, h, length, _ = q.shape
-    q, k, v = (x.contiguous() if name in copies or x.stride(-1) != 1 else x
-               for name, x in zip('qkv', (q, k, v)))
+    q, k, v = (x.contiguous() if copy_qkv or x.stride(-1) != 1 else x
+               for x in (q, k, v))
     if mask is not None:
         mask = mask.expand(b, h, length, length)
         if mask.stride(-1) != 1:

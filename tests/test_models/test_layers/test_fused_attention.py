@@ -210,8 +210,8 @@ def test_kernel_equals_dense_reference(grid, layout, skip, ons, block,
 @pytest.mark.parametrize('ons', ['k', 'qkv'])
 def test_kernel_on_head_views_of_a_fused_projection(ons):
     """q, k, v as the strided head views of one (B, L, 3, H, D) projection
-    (as the ViT and DETR layers split them; the backward reads q and k in
-    place, the forward copies them): the dense reference, forward and
+    (as the ViT and DETR layers split them; the forward copies them whole,
+    the backward one head at a time): the dense reference, forward and
     backward."""
     g = torch.Generator().manual_seed(5)
     grid, n = (4, 5), 20
