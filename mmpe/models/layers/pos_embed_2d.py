@@ -69,14 +69,16 @@ def resample_pos_embed(pos_embed: Tensor,
                        dst_shape: Tuple[int, int],
                        num_skip: int = 0,
                        mode: str = 'bicubic',
-                       antialias: bool = True) -> Tensor:
+                       antialias: bool = True,
+                       in_float32: bool = True) -> Tensor:
     """Resample a learnable position table to another grid (DeiT / timm).
 
     The patch part of the table is reshaped to its ``src_shape`` grid and
     interpolated (bicubic, ``align_corners=False``, as DeiT's fine-tuning at
     384 and timm's ``resample_abs_pos_embed``); the ``num_skip`` leading
     entries (class token) are kept as they are. At ``dst_shape ==
-    src_shape`` the table is returned unchanged.
+    src_shape`` the table is returned unchanged. :data:`POS_EMBED_INTERPS`
+    names the two settings in use (timm's, detectron2's ``get_abs_pos``).
 
     Args:
         pos_embed (Tensor): ``(1, num_skip + h0 * w0, C)``.
@@ -84,7 +86,14 @@ def resample_pos_embed(pos_embed: Tensor,
         dst_shape (tuple[int, int]): Target grid ``(h, w)``.
         num_skip (int): Leading entries not on the grid. Defaults to 0.
         mode (str): ``F.interpolate`` mode. Defaults to 'bicubic'.
-        antialias (bool): Antialias when shrinking. Defaults to True.
+        antialias (bool): PyTorch's antialiased bicubic (the kernel of
+            PIL, a = -0.5, widened when shrinking) rather than the plain
+            one (a = -0.75); the two differ when enlarging too.
+            Defaults to True.
+        in_float32 (bool): Interpolate in float32 whatever the table's
+            dtype (as timm); False: in the table's dtype, float32 at least
+            (as detectron2, which interpolates the parameter itself).
+            Defaults to True.
 
     Returns:
         Tensor: ``(1, num_skip + h * w, C)``, same dtype as the input.
@@ -98,8 +107,10 @@ def resample_pos_embed(pos_embed: Tensor,
         return pos_embed
     c = pos_embed.shape[-1]
     skip, grid = pos_embed[:, :num_skip], pos_embed[:, num_skip:]
-    # (1, h0*w0, C) -> (1, C, h0, w0); interpolate in float32 for half inputs
-    grid = grid.reshape(1, h0, w0, c).permute(0, 3, 1, 2).float()
+    # (1, h0*w0, C) -> (1, C, h0, w0); never interpolate in half precision
+    dtype = torch.float32 if in_float32 else torch.promote_types(
+        pos_embed.dtype, torch.float32)
+    grid = grid.reshape(1, h0, w0, c).permute(0, 3, 1, 2).to(dtype)
     kwargs = {}
     if mode in ('bilinear', 'bicubic'):
         kwargs = dict(align_corners=False, antialias=antialias)
@@ -107,6 +118,17 @@ def resample_pos_embed(pos_embed: Tensor,
     # (1, C, h, w) -> (1, h*w, C)
     grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
     return torch.cat([skip, grid], dim=1)
+
+
+#: How a learnable table is resampled to another grid, as keyword arguments
+#: of :func:`resample_pos_embed`: ``'timm'`` (``resample_abs_pos_embed``:
+#: antialiased bicubic in float32) or ``'detectron2'`` (ViTDet's
+#: ``get_abs_pos``: plain bicubic, ``align_corners=False``, in the table's
+#: dtype; its class-token row is dropped when the weights are converted).
+POS_EMBED_INTERPS = {
+    'timm': dict(mode='bicubic', antialias=True, in_float32=True),
+    'detectron2': dict(mode='bicubic', antialias=False, in_float32=False),
+}
 
 
 class SinCosPosEmbed2D(nn.Module):

@@ -15,7 +15,9 @@ from mmcv.cnn.bricks.drop import DropPath
 from torch import Tensor
 
 from .pe_attention import PEAttention
-from .window import merge_windows, window_key_mask, window_table, window_tokens
+from .arg_checks import check_choice
+from .window import (WINDOW_PADDINGS, merge_windows, window_key_mask,
+                     window_table, window_tokens)
 
 
 class Mlp(nn.Module):
@@ -106,8 +108,10 @@ class ViTBlock(nn.Module):
 
     With ``window_size = S > 0`` the attention is ViTDet's window attention
     (Li et al. 2022, Sec. 3): the normed tokens are padded bottom/right to
-    whole ``S x S`` windows and each window attends within itself; padded
-    tokens are masked keys and are cropped after the attention. Positions
+    whole ``S x S`` windows and each window attends within itself; the
+    padded tokens are masked keys (``window_padding='masked'``) or zero
+    tokens attended to (``'zeros'``, detectron2's ViTDet), and are cropped
+    after the attention. Positions
     stay those of the full grid where an encoding is per token (RoPE: each
     token keeps its entry of the ``(h, w)`` tables) and are the window's
     where an encoding is per pair (iRPE: one ``(S, S)`` bucket plan shared
@@ -124,6 +128,12 @@ class ViTBlock(nn.Module):
         norm_cfg (dict): Norm config. Defaults to LN with eps 1e-6.
         window_size (int): Window side S; 0 attends globally. Windows take
             no skip (class) tokens. Defaults to 0.
+        window_padding (str): What attention makes of the tokens that pad
+            the grid to whole windows, one of
+            :data:`~mmpe.models.layers.window.WINDOW_PADDINGS`: masked keys
+            (``'masked'``) or zero tokens every query attends to
+            (``'zeros'``, as detectron2's ViTDet; refused with RoPE, whose
+            tables have no row for them). Defaults to 'masked'.
         **attn_kwargs: :class:`PEAttention`'s ``attn_drop``, ``rpe_cfg``,
             ``rpe_on``, ``attn_impl``, ``skip``.
     """
@@ -137,6 +147,7 @@ class ViTBlock(nn.Module):
                  drop_path: float = 0.,
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  window_size: int = 0,
+                 window_padding: str = 'masked',
                  **attn_kwargs) -> None:
         super().__init__()
         if isinstance(window_size, bool) or not isinstance(
@@ -148,7 +159,9 @@ class ViTBlock(nn.Module):
                 f'`window_size` {window_size} with skip='
                 f"{attn_kwargs['skip']} tokens: windows have no place for "
                 'class tokens; choose window_size=0 or skip=0')
+        check_choice('window_padding', window_padding, WINDOW_PADDINGS)
         self.window_size = window_size
+        self.window_padding = window_padding
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = ViTAttention(
             embed_dims, num_heads, qkv_bias, proj_drop=drop, **attn_kwargs)
@@ -181,11 +194,22 @@ class ViTBlock(nn.Module):
         s = self.window_size
         b = x.shape[0]
         windows = window_tokens(x, hw_shape, s)  # (B*nW, S*S, C)
-        mask = window_key_mask(key_padding_mask, b, hw_shape, s, x.device)
+        mask = window_key_mask(key_padding_mask, b, hw_shape, s, x.device,
+                               self.window_padding)
+        if rope is not None and self.window_padding == 'zeros':
+            raise ValueError(
+                "window_padding='zeros' with RoPE: the zero tokens that pad "
+                'the grid to whole windows have no position in the RoPE '
+                "tables; choose window_padding='masked' or an encoding "
+                'without rotation')
         if rope is not None:  # (B*nW, H | 1, S*S, D) each
             rope = tuple(window_table(t, b, hw_shape, s) for t in rope)
         out = self.attn(windows, (s, s), rope, mask)
         return merge_windows(out, hw_shape, s)
 
     def extra_repr(self) -> str:
-        return f'window_size={self.window_size}' if self.window_size else ''
+        if not self.window_size:
+            return ''
+        return f'window_size={self.window_size}' + (
+            f', window_padding={self.window_padding!r}'
+            if self.window_padding != 'masked' else '')

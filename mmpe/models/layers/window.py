@@ -10,8 +10,17 @@ Windows are anchored at the top-left token, as mmdet's batch padding is
 bottom/right, so an image of a padded batch gets the windows it gets alone.
 
 Pure functions, one place for the layout: tokens in and out of windows, the
-key mask of the windows (padded tokens are masked keys) and per-token tables
-(RoPE ``cos`` / ``sin``) cut like the tokens. Sizes travel as the tensors
+key mask of the windows and per-token tables (RoPE ``cos`` / ``sin``) cut
+like the tokens.
+
+The tokens that pad the grid to whole windows are zeros (the block pads its
+normed tokens). :data:`WINDOW_PADDINGS` says what attention makes of them:
+``'masked'`` (mmpe's default): they are masked keys, so a window at the edge
+of the grid attends only among its tokens inside the grid; ``'zeros'``
+(detectron2's ViTDet, ``window_partition``): they are keys like any other,
+zero tokens at their place in the ``S x S`` window, so every query of an edge
+window also attends to them (their keys and values are the projections'
+biases). Sizes travel as the tensors
 give them (symbolic while a graph is traced); nothing here reads tensor
 values.
 """
@@ -22,6 +31,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .tracing import is_tracing
+
+#: What attention makes of the tokens that pad the grid to whole windows:
+#: masked keys (``'masked'``) or zero tokens attended to (``'zeros'``,
+#: detectron2's ViTDet).
+WINDOW_PADDINGS = ('masked', 'zeros')
 
 
 def window_grid(hw_shape: Tuple[int, int],
@@ -89,13 +103,18 @@ def merge_windows(windows: Tensor, hw_shape: Tuple[int, int],
     return x.index_select(1, index)
 
 
-def window_key_mask(key_padding_mask: Optional[Tensor], batch: int,
-                    hw_shape: Tuple[int, int], window_size: int,
-                    device: torch.device) -> Optional[Tensor]:
+def window_key_mask(key_padding_mask: Optional[Tensor],
+                    batch: int,
+                    hw_shape: Tuple[int, int],
+                    window_size: int,
+                    device: torch.device,
+                    padding: str = 'masked') -> Optional[Tensor]:
     """Key mask of the windows ``(B * nh * nw, S * S)``, True on padding.
 
-    Masked are the tokens that pad the grid to whole windows and the tokens
-    the grid's own mask marks (the padding of a padded batch). A window
+    Masked are the tokens the grid's own mask marks (the padding of a
+    padded batch) and, with ``padding='masked'``, the tokens that pad the
+    grid to whole windows (with ``'zeros'`` those stay keys: detectron2's
+    ViTDet attends to them as zero tokens). A window
     with no unmasked token (all padding of a smaller image in the batch) is
     left unmasked instead: its queries are padded tokens whose outputs no
     valid token reads (they are masked keys everywhere and cropped or
@@ -109,13 +128,22 @@ def window_key_mask(key_padding_mask: Optional[Tensor], batch: int,
         hw_shape (tuple[int, int]): The grid ``(h, w)``.
         window_size (int): S.
         device (torch.device): Device of the mask built here.
+        padding (str): One of :data:`WINDOW_PADDINGS`. Defaults to
+            'masked'.
 
     Returns:
         Tensor | None: ``(B * nh * nw, S * S)`` bool; None in eager mode
-        when nothing is padded (the grid is whole windows and no mask was
-        given). While tracing a mask is always returned, so one graph serves
-        every grid.
+        when nothing is masked (no mask was given and, for ``'masked'``,
+        the grid is whole windows). While tracing a ``'masked'`` mask is
+        always returned, so one graph serves every grid; ``'zeros'``
+        without a mask gives None for every grid.
     """
+    if padding == 'zeros':
+        return _batch_padding_key_mask(key_padding_mask, batch, hw_shape,
+                                       window_size)
+    if padding != 'masked':
+        raise ValueError(f'Unsupported window `padding` {padding!r}, please '
+                         f'choose from {WINDOW_PADDINGS}')
     h, w = hw_shape
     s = window_size
     nh, nw = window_grid(hw_shape, s)
@@ -133,6 +161,24 @@ def window_key_mask(key_padding_mask: Optional[Tensor], batch: int,
         outside = outside | inside
     # (B, nh*S, nw*S, 1) -> (B*nh*nw, S*S)
     mask = partition_grid(outside[..., None], s)[..., 0]
+    return mask & ~mask.all(dim=-1, keepdim=True)
+
+
+def _batch_padding_key_mask(key_padding_mask: Optional[Tensor], batch: int,
+                            hw_shape: Tuple[int, int],
+                            window_size: int) -> Optional[Tensor]:
+    """:func:`window_key_mask` with ``padding='zeros'``: the batch padding
+    masked, the window padding not; None without a mask."""
+    if key_padding_mask is None:
+        return None
+    h, w = hw_shape
+    s = window_size
+    nh, nw = window_grid(hw_shape, s)
+    # (B, nh*S, nw*S): the window padding stays a key (False)
+    inside = F.pad(
+        key_padding_mask.reshape(batch, h, w),
+        (0, nw * s - w, 0, nh * s - h), value=False)
+    mask = partition_grid(inside[..., None], s)[..., 0]
     return mask & ~mask.all(dim=-1, keepdim=True)
 
 
