@@ -35,10 +35,10 @@ from ..layers.tracing import is_tracing
 from ..layers.vit_block import ViTBlock
 from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
-                       parse_arch, parse_img_size, parse_out_indices,
-                       parse_peg_positions, parse_pos_encoding,
-                       parse_rel_pos_cfg, parse_rope_cfg, parse_rpe_cfg,
-                       parse_window_layout)
+                       parse_arch, parse_detectron2_options, parse_img_size,
+                       parse_out_indices, parse_peg_positions,
+                       parse_pos_encoding, parse_rel_pos_cfg, parse_rope_cfg,
+                       parse_rpe_cfg, parse_window_layout)
 
 
 @MODELS.register_module()
@@ -109,6 +109,9 @@ class CPVT(BaseModule):
     global blocks tables made for ``rel_pos_cfg['input_size']`` (default
     the pre-training grid), resized linearly to each input's grid (as
     ViTDet). A class token has no window: it is refused with windows.
+    ``window_padding='zeros'`` and ``pos_embed_interp='detectron2'`` compute
+    what detectron2's ViTDet computes (its checkpoints: ``tools/
+    model_converters/vitdet_d2_to_mmpe.py``).
 
     Args:
         arch (str | dict): Preset name in :attr:`arch_zoo` (``'tiny'``,
@@ -174,6 +177,16 @@ class CPVT(BaseModule):
             globally in every block. Defaults to 0.
         global_blocks (Sequence[int]): Blocks that attend globally when
             ``window_size > 0`` (indices in ``[0, depth)``). Defaults to ().
+        window_padding (str): The tokens padding the grid to whole windows
+            are masked keys (``'masked'``) or, as in detectron2's ViTDet,
+            zero tokens that every query of the window attends to
+            (``'zeros'``; the batch padding of a ``padding_mask`` stays
+            masked; refused with RoPE). Defaults to 'masked'.
+        pos_embed_interp (str): How the ``'learnable'`` table is resampled
+            to the input's grid: ``'timm'`` (antialiased bicubic) or
+            ``'detectron2'`` (ViTDet's ``get_abs_pos``: plain bicubic), see
+            :data:`~mmpe.models.layers.pos_embed_2d.POS_EMBED_INTERPS`.
+            Defaults to 'timm'.
         attn_impl (str): Attention backend of every block, ``'auto'``,
             ``'explicit'``, ``'chunked'``, ``'sdpa'`` or ``'flex'`` (see
             :class:`~mmpe.models.layers.PEAttention`). Defaults to 'auto'
@@ -223,6 +236,8 @@ class CPVT(BaseModule):
                  rel_pos_cfg: Optional[dict] = None,
                  window_size: int = 0,
                  global_blocks: Sequence[int] = (),
+                 window_padding: str = 'masked',
+                 pos_embed_interp: str = 'timm',
                  attn_impl: str = 'auto',
                  frozen_stages: int = -1,
                  init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
@@ -258,6 +273,9 @@ class CPVT(BaseModule):
             window_size, global_blocks, depth, use_cls_token)
         rope_args, coord_cfg = parse_rope_cfg(rope_cfg, rope_theta,
                                               encodings)
+        # resample_pos_embed's arguments of `pos_embed_interp`
+        self._resample = parse_detectron2_options(
+            window_padding, pos_embed_interp, encodings, window_size)
 
         self.embed_dims = embed_dims
         self.depth = depth
@@ -304,7 +322,8 @@ class CPVT(BaseModule):
                                               self.num_skip)
         rel_pos_cfg = parse_rel_pos_cfg(rel_pos_cfg, encodings,
                                         use_cls_token, self.pretrain_grid)
-        dpr = torch.linspace(0, drop_path_rate, depth).tolist()
+        # on the CPU whatever the default device (a model built on 'meta')
+        dpr = torch.linspace(0, drop_path_rate, depth, device='cpu').tolist()
         self.blocks = nn.ModuleList([
             ViTBlock(
                 embed_dims,
@@ -320,7 +339,8 @@ class CPVT(BaseModule):
                 attn_impl=attn_impl,
                 skip=self.num_skip,
                 rel_pos_cfg=self._block_rel_pos_cfg(rel_pos_cfg, i),
-                window_size=0 if i in global_blocks else window_size)
+                window_size=0 if i in global_blocks else window_size,
+                window_padding=window_padding)
             for i in range(depth)
         ])
 
@@ -371,7 +391,7 @@ class CPVT(BaseModule):
                         self.embed_dims:
                     state_dict[key] = resample_pos_embed(
                         table, (side, side), self.pretrain_grid,
-                        self.num_skip)
+                        self.num_skip, **self._resample)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def param_layer_id(self, name: str) -> int:
@@ -473,7 +493,8 @@ class CPVT(BaseModule):
             x = torch.cat([self.cls_token.expand(b, -1, -1), x], dim=1)
         if self.pos_embed is not None:
             x = x + resample_pos_embed(self.pos_embed, self.pretrain_grid,
-                                       hw_shape, self.num_skip)
+                                       hw_shape, self.num_skip,
+                                       **self._resample)
         if token_mask is not None:
             x = x.masked_fill(key_mask[..., None], 0.)
         x = self.drop_after_pos(x)

@@ -5,8 +5,10 @@ a ``ValueError`` naming the field, the value and the valid choices.
 """
 from typing import Optional, Sequence, Tuple, Union
 
-from ..layers.arg_checks import RPE_ON_CHOICES
+from ..layers.arg_checks import RPE_ON_CHOICES, check_choice
+from ..layers.pos_embed_2d import POS_EMBED_INTERPS
 from ..layers.rope_coords import COORD_DEFAULTS, ROPE_ARGS
+from ..layers.window import WINDOW_PADDINGS
 
 #: Every position encoding of the backbone, by the place it acts.
 ABSOLUTE_ENCODINGS = ('learnable', 'sine')
@@ -281,3 +283,35 @@ def parse_window_layout(window_size: int, global_blocks: Sequence[int],
             'token belongs to no window (ViTDet has none); choose '
             'use_cls_token=False or window_size=0')
     return window_size, tuple(sorted(global_blocks))
+
+
+def parse_detectron2_options(window_padding: str, pos_embed_interp: str,
+                             encodings: Tuple[str, ...],
+                             window_size: int) -> dict:
+    """Check ``window_padding`` and ``pos_embed_interp`` (the two choices
+    where detectron2's ViTDet computes otherwise than mmpe's defaults) and
+    return the :func:`~mmpe.models.layers.resample_pos_embed` keyword
+    arguments of ``pos_embed_interp``.
+
+    ``'zeros'`` is refused with a rotary encoding (the zero tokens that pad
+    the windows have no row in the RoPE tables; detectron2 has no RoPE) and
+    a non-default ``pos_embed_interp`` without a ``'learnable'`` table.
+    """
+    check_choice('window_padding', window_padding, WINDOW_PADDINGS)
+    check_choice('pos_embed_interp', pos_embed_interp,
+                 tuple(POS_EMBED_INTERPS))
+    rotary = [name for name in encodings if name in ROPE_ARGS]
+    if window_padding == 'zeros' and window_size and rotary:
+        raise ValueError(
+            f"`window_padding='zeros'` with pos_encoding {rotary[0]!r}: the "
+            'zero tokens that pad the grid to whole windows have no position '
+            "in the RoPE tables (detectron2's ViTDet, which pads with zeros, "
+            "has no RoPE); choose window_padding='masked' or another "
+            f'encoding than {tuple(ROPE_ARGS)}')
+    if pos_embed_interp != 'timm' and 'learnable' not in encodings:
+        raise ValueError(
+            f'`pos_embed_interp={pos_embed_interp!r}` resamples the '
+            "'learnable' table, which pos_encoding "
+            f"{encodings!r} does not have; add 'learnable' or leave "
+            "pos_embed_interp='timm'")
+    return POS_EMBED_INTERPS[pos_embed_interp]
