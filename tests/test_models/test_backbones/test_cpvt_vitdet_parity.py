@@ -358,6 +358,28 @@ def test_bad_arguments_are_named(kwargs, match):
         _model(**kwargs)
 
 
+@pytest.mark.parametrize('encoding', [
+    dict(pos_encoding='irpe'),
+    # the PEG after block 1, so that block 0's tokens are its output
+    dict(pos_encoding=('peg', 'sine'), peg_positions=(1, ))
+])
+def test_zeros_with_other_encodings(encoding):
+    """iRPE in windows: the zero tokens are keys at their window positions;
+    PEG / sin-cos act outside the blocks. As in every mode, the tokens of
+    windows without padding are those of 'masked' (block 0's output), the
+    edge windows' are not."""
+    zeros = _model(**encoding, rel_pos_cfg=None, window_padding='zeros')
+    masked = _model(**encoding, rel_pos_cfg=None)
+    masked.load_state_dict(zeros.state_dict())
+    x = _images()
+    with torch.no_grad():
+        t_zero = zeros.forward_tokens(x)[0][0]
+        t_mask = masked.forward_tokens(x)[0][0]
+    grid = (t_zero - t_mask).abs().amax(-1).reshape(2, 10, 13)
+    assert (grid[:, :8, :12] == 0).all()
+    assert (grid[:, 8:] > 0).all() and (grid[:, :, 12:] > 0).all()
+
+
 def test_zeros_without_windows_and_in_the_block():
     # no window: the choice changes nothing
     model = _model(window_size=0, window_padding='zeros',
