@@ -16,7 +16,8 @@ Expected values:
   DeiT and, with windows, the per-window loop of ``test_cpvt_windows.py``,
   reused here);
 - integer indices: the outputs recorded from the CPVT of before windows and
-  coordinates (``fixtures/cpvt_global_outputs.pt``).
+  coordinates, on the weights recorded with them
+  (``fixtures/cpvt_global_outputs.pt``).
 """
 import math
 
@@ -26,8 +27,9 @@ import torch.nn.functional as F
 
 from dinov3_reference import dinov3_coords
 from mmpe.models.backbones import CPVT
-from test_cpvt_windows import (GLOBAL, PATCH, RECORDED, SMALL, WINDOW,
-                               LoopWindows, _global_model, _recorded_input)
+from test_cpvt_windows import (GLOBAL, PATCH, RECORDED_ATOL, SMALL, WINDOW,
+                               LoopWindows, _global_model, _recorded_input,
+                               recorded_global_model)
 from test_cpvt_windows import _padded_batch as windows_padded_batch
 
 _F64_ATOL = 1e-10  # float64: the same sums in another order
@@ -295,33 +297,34 @@ def test_augmentations_one_draw_per_forward_reproducible_under_a_seed(kind):
 def test_index_coords_are_the_backbone_of_before(name, rope_cfg):
     """Bit for bit: the model without ``rope_cfg`` (state dict and
     outputs, in eval and in training without augmentations), and the
-    outputs recorded from the CPVT of before coordinates existed."""
+    outputs recorded from the CPVT of before coordinates existed, on the
+    weights recorded with them."""
     theta = 100. if name == 'rope2d' else 10.
     variants = [dict(rope_cfg=rope_cfg)]
     if rope_cfg == 'theta':
         variants = [dict(rope_cfg=dict(theta=theta)),
                     dict(rope_theta=theta, rope_cfg=dict(theta=theta))]
     x, mask = _recorded_input()
-    record = torch.load(RECORDED, weights_only=True)[name]
     plain = _global_model(name)
     for kwargs in variants:
+        # initialised as the model without `rope_cfg` ...
         model = _global_model(name, **kwargs)
-        assert {k: tuple(v.shape)
-                for k, v in model.state_dict().items()} == record['shapes']
+        assert list(model.state_dict()) == list(plain.state_dict())
         for key, value in plain.state_dict().items():
             assert torch.equal(model.state_dict()[key], value), key
+        # ... and on the recorded weights its recorded outputs
+        before, record = recorded_global_model(name)
+        model, _ = recorded_global_model(name, **kwargs)
         for mode in ('eval', 'train'):
-            plain.train(mode == 'train')
+            before.train(mode == 'train')
             model.train(mode == 'train')
             with torch.no_grad():
                 for pm, key in ((None, 'outputs'), (mask, 'masked')):
                     outs = model(x, padding_mask=pm)
-                    for a, b in zip(outs, plain(x, padding_mask=pm)):
+                    for a, b in zip(outs, before(x, padding_mask=pm)):
                         torch.testing.assert_close(a, b, atol=0, rtol=0)
-                    # float64; the summation order may differ between
-                    # machines, nothing else (as test_cpvt_windows)
                     torch.testing.assert_close(outs[-1], record[key],
-                                               atol=1e-12, rtol=0)
+                                               atol=RECORDED_ATOL, rtol=0)
 
 
 # --------------------------------------------------------------------------
