@@ -8,9 +8,11 @@ Expected values come from loops written here from DINOv3's definition
 shorter side; shift, then per-axis jitter, then shared rescale, each drawn
 once per call), from timm's port (``RotaryEmbeddingDinoV3``, timm 1.0.31,
 which matches the original numerically), and from integer-index tables
-written here as mmpe's RoPE built them before coordinates existed.
+written here one angle at a time from the RoPE-2D and RoPE-Mixed equations
+(Heo et al., ECCV 2024, Eq. 10-11 and Sec. 3.3).
 """
 import math
+from functools import lru_cache
 
 import pytest
 import torch
@@ -25,6 +27,9 @@ _F64_ATOL = 1e-12  # float64, a few divisions
 _F32_ATOL = 1e-6  # float32 coordinates in [-2, 2]: a few ulps
 # float32 angles up to 2 pi * 2 (rescale 2): cos/sin of rounded angles
 _TRIG_ATOL = 1e-5
+# float32 angles of integer positions up to ~60 rad (RoPE-Mixed on a
+# 25 x 32 grid): rounded to ~4e-6 each, passed on to cos / sin
+_F32_TABLE_ATOL = 2e-5
 
 
 def _padding_mask(shapes, hw):
@@ -218,48 +223,82 @@ def test_augmentation_ranges():
 # ---------------------------------------------------------------------------
 # the rotary tables of given positions
 # ---------------------------------------------------------------------------
-def _today_rope2d(hw, head_dim, theta, dtype=torch.float32):
-    """Axial RoPE tables of integer positions, written as mmpe built them
-    before positions could be given: meshgrid of float aranges, angles x *
-    freq in the first half, y * freq in the second."""
+def _cos_sin(angles):
+    """Python-float cos and sin of nested lists of angles, as float64
+    tensors."""
+    def each(fn, a):
+        return [each(fn, x) for x in a] if isinstance(a, list) else fn(a)
+
+    return (torch.tensor(each(math.cos, angles), dtype=torch.float64),
+            torch.tensor(each(math.sin, angles), dtype=torch.float64))
+
+
+@lru_cache(maxsize=None)
+def _rope2d_loop(hw, head_dim, theta):
+    """RoPE-Axial (Heo et al., Eq. 10-11) of integer positions, token by
+    token and pair by pair in Python floats: the token in row r and column
+    c turns pair ``(j, j + Q)`` (``Q = D / 4``) by ``c theta^(-j / Q)``
+    and pair ``(2 Q + j, 3 Q + j)`` by ``r theta^(-j / Q)``. ``(h w, D)``
+    cos and sin, float64."""
     q = head_dim // 4
-    freqs = theta**(-torch.arange(q, dtype=dtype) / q)
-    ys, xs = torch.meshgrid(torch.arange(hw[0], dtype=dtype),
-                            torch.arange(hw[1], dtype=dtype), indexing='ij')
-    ax, ay = xs.reshape(-1, 1) * freqs[None], ys.reshape(-1, 1) * freqs[None]
-    angles = torch.cat([ax, ax, ay, ay], dim=1)
-    return angles.cos(), angles.sin()
+    angles = [[0.] * head_dim for _ in range(hw[0] * hw[1])]
+    for r in range(hw[0]):
+        for c in range(hw[1]):
+            for j in range(q):
+                freq = theta**(-j / q)
+                for ch, angle in ((j, c * freq), (q + j, c * freq),
+                                  (2 * q + j, r * freq),
+                                  (3 * q + j, r * freq)):
+                    angles[r * hw[1] + c][ch] = angle
+    return _cos_sin(angles)
 
 
-def _today_rope_mixed(freqs, hw, dtype=torch.float32):
-    """RoPE-Mixed tables of integer positions as mmpe built them before
-    positions could be given."""
-    ys, xs = torch.meshgrid(torch.arange(hw[0], dtype=dtype),
-                            torch.arange(hw[1], dtype=dtype), indexing='ij')
-    freqs = freqs.to(dtype)
-    angles = (xs.reshape(1, -1, 1) * freqs[0][:, None] +
-              ys.reshape(1, -1, 1) * freqs[1][:, None])
-    first, second = angles.chunk(2, dim=-1)
-    angles = torch.cat([first, first, second, second], dim=-1)
-    return angles.cos(), angles.sin()
+def _rope_mixed_loop(freqs, hw):
+    """RoPE-Mixed (Heo et al., Sec. 3.3) of integer positions, one angle
+    at a time: head h turns pair t by ``theta^x_{h,t} c + theta^y_{h,t} r``
+    (``freqs[0]`` and ``freqs[1]``, ``(H, D / 2)``); pair ``t < D / 4``
+    is channels ``(t, t + D / 4)``, pair ``D / 4 + t`` channels
+    ``(D / 2 + t, 3 D / 4 + t)``. ``(H, h w, D)`` cos and sin, float64."""
+    heads, half = freqs.shape[1:]
+    q = half // 2
+    fx, fy = freqs[0].tolist(), freqs[1].tolist()
+    angles = [[[0.] * 2 * half for _ in range(hw[0] * hw[1])]
+              for _ in range(heads)]
+    for h in range(heads):
+        for r in range(hw[0]):
+            for c in range(hw[1]):
+                for t in range(half):
+                    first = t if t < q else half + t - q
+                    for ch in (first, first + q):
+                        angles[h][r * hw[1] + c][ch] = (fx[h][t] * c +
+                                                        fy[h][t] * r)
+    return _cos_sin(angles)
 
 
 @pytest.mark.parametrize('hw', [(1, 1), (3, 5), (16, 6), (25, 32)])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
-def test_index_tables_are_todays_bit_for_bit(hw, dtype):
+def test_index_tables_equal_the_equations(hw, dtype):
+    """The tables of integer positions (the default, cached; and given
+    explicitly) are the RoPE-2D and RoPE-Mixed equations' (loops above)."""
+    atol = _F64_ATOL if dtype == torch.float64 else _F32_TABLE_ATOL
     for head_dim in (8, 16, 32):
         got = RoPE2D(head_dim, 100.)(hw, torch.device('cpu'), dtype)
-        want = _today_rope2d(hw, head_dim, 100., dtype)
-        assert all(torch.equal(g, w) for g, w in zip(got, want))
+        want = _rope2d_loop(hw, head_dim, 100.)
+        for g, w in zip(got, want):
+            assert g.dtype == dtype
+            torch.testing.assert_close(g.double(), w, atol=atol, rtol=0)
         torch.manual_seed(0)
         mixed = RoPEMixed(head_dim, 4)
         got = mixed(hw, dtype=dtype)
-        want = _today_rope_mixed(mixed.freqs.detach(), hw, dtype)
-        assert all(torch.equal(g, w) for g, w in zip(got, want))
+        # the float32 parameters' values, exactly
+        want = _rope_mixed_loop(mixed.freqs.detach().double(), hw)
+        for g, w in zip(got, want):
+            assert g.dtype == dtype
+            torch.testing.assert_close(g.double(), w, atol=atol, rtol=0)
         # integer positions given explicitly: the same tables
         pos = index_coords(hw, dtype=dtype)
         assert all(torch.equal(g, w) for g, w in zip(
-            mixed(hw, dtype=dtype, pos=pos), want))
+            mixed(hw, dtype=dtype, pos=pos), got))
 
 
 @pytest.mark.parametrize('normalize', ['separate', 'max', 'min'])
