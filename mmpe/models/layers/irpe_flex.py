@@ -16,8 +16,9 @@ Eq. 27-28 to every logit as the kernel produces it,
 (bias mode: the lookup is the table itself). The bucket ``beta(i, j)`` is not
 read from an (L, L) id map but recomputed in the kernel from the query and
 key coordinates and the small per-axis tables of
-:mod:`~mmpe.models.layers.irpe_index` ((height, height) and (width, width),
-or the (height, width) distance table), so nothing of size ``L x L`` is
+:mod:`~mmpe.models.layers.irpe_index` (rows and columns, or the distance
+table, of a square grid of the call's size bucket), so nothing of size
+``L x L`` is
 stored: on CUDA neither forward nor backward, on CPU the forward (PyTorch
 2.13 refuses FlexAttention's backward on CPU). Padded keys are masked in the
 ``score_mod``.
@@ -28,9 +29,10 @@ back to its explicit path for it (see its ``attn_impl``).
 
 Compilation: FlexAttention is only fused when compiled
 (``torch.compile(flex_attention)``; on CPU inductor emits C++ and needs a
-C++ compiler). Shapes are compiled statically (``dynamic=False``): in
-PyTorch 2.13 inductor's CPU template fails to build with dynamic shapes, so
-every new (grid, batch, dtype) costs one compilation (seconds on CPU).
+C++ compiler). Shapes are compiled statically (``dynamic=False``) and padded
+to a few size buckets (:mod:`~mmpe.models.layers.flex_shapes`): a new
+(batch, bucket, dtype) costs one compilation (seconds on CPU), a new grid
+inside a bucket none.
 """
 import functools
 import math
@@ -40,6 +42,8 @@ import torch
 from torch import Tensor
 
 from .cache import BoundedCache
+from .flex_shapes import (FLEX_RECOMPILE_LIMIT, pad_tokens, padded_key_mask,
+                          padded_length, table_side, tail_block_mask)
 from .irpe import iRPE
 from .irpe_index import axis_bucket_tables, max_index, num_buckets_per_table
 
@@ -55,23 +59,29 @@ ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 #: dtypes FlexAttention compiles for (PyTorch 2.13)
 FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# Per-axis index tables of a grid (int32, as the kernel reads them), keyed
-# by the iRPE config, grid and device.
+# Per-axis index tables of a square grid (int32, as the kernel reads
+# them), keyed by the iRPE config, side and device.
 _TABLE_CACHE = BoundedCache(32)
 
 
 @functools.lru_cache(maxsize=1)
 def compiled_flex_attention() -> Callable:
-    """``torch.compile(flex_attention, dynamic=False)``, made on first use.
+    """``torch.compile(flex_attention, dynamic=False, fullgraph=True)``,
+    made on first use.
 
     The one registry of compiled kernels: this wrapper, built once (building
     it imports dynamo, seconds, so not at import); dynamo keeps one kernel
-    per (shapes, dtype, score_mod code) under its own recompile limit.
+    per (shapes, dtype, score_mod code), counted apart from other compiled
+    regions (``isolate_recompiles``); past
+    :data:`~mmpe.models.layers.flex_shapes.FLEX_RECOMPILE_LIMIT` kernels a
+    call raises instead of running FlexAttention uncompiled.
     """
     if not FLEX_AVAILABLE:
         raise RuntimeError('FlexAttention is not available in PyTorch '
                            f'{torch.__version__}')
-    return torch.compile(_flex_attention, dynamic=False)
+    return torch.compile(_flex_attention, dynamic=False, fullgraph=True,
+                         recompile_limit=FLEX_RECOMPILE_LIMIT,
+                         isolate_recompiles=True)
 
 
 def flex_unsupported_reason(device: torch.device,
@@ -95,38 +105,42 @@ def flex_unsupported_reason(device: torch.device,
     return None
 
 
-def _index_tables(rpe: iRPE, height: int, width: int,
+def _index_tables(rpe: iRPE, side: int,
                   device: torch.device) -> Dict[str, Tensor]:
     """:func:`~mmpe.models.layers.irpe_index.axis_bucket_tables` of ``rpe``
-    on a grid, as int32 (cached)."""
-    key = (rpe.method, rpe.index, rpe.ratio, rpe.max_distance, height, width,
-           device)
+    on a ``side x side`` grid, as int32 (cached). Entries depend on cell
+    offsets only, so they serve every grid up to that size."""
+    key = (rpe.method, rpe.index, rpe.ratio, rpe.max_distance, side, device)
 
     def build() -> Dict[str, Tensor]:
-        tables = axis_bucket_tables(height, width, rpe.method, rpe.index,
+        tables = axis_bucket_tables(side, side, rpe.method, rpe.index,
                                     rpe.ratio, rpe.max_distance, device)
         return {name: t.int() for name, t in tables.items()}
 
     return _TABLE_CACHE.get(key, build)
 
 
-def _term_fn(rpe: iRPE, lut: Tensor, height: int,
-             width: int) -> Callable[..., Tensor]:
+def _term_fn(rpe: iRPE, lut: Tensor, grid: Dict[str, Tensor],
+             side: int) -> Callable[..., Tensor]:
     """The iRPE term of one (viewer, other) token pair, for a score_mod.
 
     Args:
         rpe (iRPE): The module (its config and, for bias, its table).
         lut (Tensor): Contextual: (B, H, L, num_buckets), the lookup of every
             viewer token; bias: (H', num_buckets), the table.
-        height (int): Grid height.
-        width (int): Grid width.
+        grid (dict[str, Tensor]): 0-d int32 ``width`` and ``last`` (cells
+            minus one) of the grid: values, so that a new grid inside a
+            size bucket compiles nothing.
+        side (int): Side of the index tables (>= height and width).
 
     Returns:
         callable: ``f(b, h, p, r)`` of int32 scalars, the term of viewer
         token ``p`` and other token ``r``: ``lut[b, h, p, bucket(p, r)]``.
-        On keys the viewer is the query, on queries it is the key.
+        On keys the viewer is the query, on queries it is the key. Tokens
+        past the grid (padding) read the last cell's buckets.
     """
-    tabs = _index_tables(rpe, height, width, lut.device)
+    tabs = _index_tables(rpe, side, lut.device)
+    width, last = grid['width'], grid['last']
     side = 2 * max_index(rpe.index, rpe.ratio, rpe.max_distance) + 1
     per = num_buckets_per_table(rpe.method, rpe.index, rpe.ratio,
                                 rpe.max_distance, rpe.skip)
@@ -139,13 +153,11 @@ def _term_fn(rpe: iRPE, lut: Tensor, height: int,
         return lut[0 if shared else h, bucket]
 
     def spatial(b, h, p, r):
-        if skip:
-            # skip tokens get clamped (valid) coordinates; their value is
-            # replaced by the extra bucket below
-            p_s = torch.clamp(p - skip, min=0)
-            r_s = torch.clamp(r - skip, min=0)
-        else:
-            p_s, r_s = p, r
+        # skip tokens and padding get clamped (valid) coordinates: the
+        # extra bucket below replaces the former, the key mask / the
+        # dropped output rows the latter
+        p_s = torch.minimum(torch.clamp(p - skip, min=0), last)
+        r_s = torch.minimum(torch.clamp(r - skip, min=0), last)
         py, px = p_s // width, p_s % width
         ry, rx = r_s // width, r_s % width
         if method == 'product':
@@ -181,8 +193,8 @@ def _lookup(rpe: iRPE, x: Tensor) -> Tensor:
     return rpe.lookup(x)
 
 
-def irpe_score_mod(height: int,
-                   width: int,
+def irpe_score_mod(grid: Dict[str, Tensor],
+                   side: int,
                    rpe_k: Optional[iRPE] = None,
                    lut_k: Optional[Tensor] = None,
                    rpe_q: Optional[iRPE] = None,
@@ -191,8 +203,9 @@ def irpe_score_mod(height: int,
     """Build the FlexAttention ``score_mod`` adding the iRPE terms.
 
     Args:
-        height (int): Grid height.
-        width (int): Grid width.
+        grid (dict[str, Tensor]): 0-d int32 ``width`` and ``last`` (cells
+            minus one) of the token grid.
+        side (int): Side of the index tables (>= the grid's sides).
         rpe_k (iRPE, optional): iRPE on keys (``on='k'``).
         lut_k (Tensor, optional): Its lookup: contextual (B, H, L, nb) from
             the scaled queries, bias its table (H', nb).
@@ -205,8 +218,8 @@ def irpe_score_mod(height: int,
     Returns:
         callable: ``score_mod(score, b, h, q_idx, kv_idx)``.
     """
-    term_k = None if rpe_k is None else _term_fn(rpe_k, lut_k, height, width)
-    term_q = None if rpe_q is None else _term_fn(rpe_q, lut_q, height, width)
+    term_k = None if rpe_k is None else _term_fn(rpe_k, lut_k, grid, side)
+    term_q = None if rpe_q is None else _term_fn(rpe_q, lut_q, grid, side)
 
     def score_mod(score, b, h, q_idx, kv_idx):
         if term_k is not None:
@@ -266,11 +279,19 @@ def irpe_flex_attention(query: Tensor,
                              f'{name[-1]!r}, got on={rpe.on!r}')
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
+    # the size bucket (flex_shapes.py): padded tokens, masked keys
+    batch, length, device = query.shape[0], query.shape[2], query.device
+    padded = padded_length(length)
+    query, key, value = (pad_tokens(x, padded) for x in (query, key, value))
     lut_k = None if rpe_k is None else _lookup(rpe_k, query * scale)
     lut_q = None if rpe_q is None else _lookup(rpe_q, key * scale)
-    if key_padding_mask is not None:
-        key_padding_mask = key_padding_mask.bool()
-    score_mod = irpe_score_mod(height, width, rpe_k, lut_k, rpe_q, lut_q,
-                               key_padding_mask)
+    mask = padded_key_mask(key_padding_mask, batch, length, padded, device)
+    grid = dict(width=torch.tensor(width, dtype=torch.int32, device=device),
+                last=torch.tensor(height * width - 1, dtype=torch.int32,
+                                  device=device))
+    score_mod = irpe_score_mod(grid, table_side(height, width, padded),
+                               rpe_k, lut_k, rpe_q, lut_q, mask)
     fn = compiled_flex_attention() if compiled else _flex_attention
-    return fn(query, key, value, score_mod=score_mod, scale=scale)
+    out = fn(query, key, value, score_mod=score_mod, scale=scale,
+             block_mask=tail_block_mask(length, padded, device))
+    return out[:, :, :length]  # padded queries dropped

@@ -9,6 +9,8 @@ from mmpe.models.layers import PEAttention, iRPE, iRPEMultiheadAttention
 from mmpe.models.layers import attention_ops
 from mmpe.models.layers import pe_attention as attn_mod
 from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
+from mmpe.models.layers.flex_shapes import (padded_length, table_side,
+                                            tail_block_mask)
 from mmpe.models.layers.irpe_flex import (FLEX_AVAILABLE,
                                           flex_unsupported_reason,
                                           irpe_flex_attention)
@@ -182,6 +184,52 @@ def test_flex_is_never_chosen_automatically_on_cpu(eager_flex):
         _module('flex')(x, query_pos=pos, key_padding_mask=mask,
                         spatial_shape=(3, 4))
     assert len(eager_flex) == 1
+
+
+def test_size_buckets_are_powers_of_two_from_one_block():
+    assert [padded_length(n) for n in (1, 6, 128, 129, 256, 257, 1156,
+                                       2048, 2049)] == [
+        128, 128, 128, 256, 256, 512, 2048, 2048, 4096]
+    # at least 2 sqrt(Lp) cells per side (aspect ratios up to 4 fit) and
+    # at least the grid's longest side
+    assert table_side(34, 34, 2048) == 128
+    assert table_side(20, 27, 1024) == 64
+    assert table_side(1, 300, 512) == 512
+    with pytest.raises(ValueError, match='length'):
+        padded_length(0)
+
+
+@pytest.mark.parametrize('length,padded', [(6, 128), (130, 256),
+                                           (300, 512), (256, 256)])
+def test_tail_block_mask_lists_the_blocks_of_real_tokens(length, padded):
+    """Dense view of the BlockMask against the blocks written out: query
+    and key blocks that hold a real token (index < length) meet."""
+    dense = tail_block_mask(length, padded, torch.device('cpu')).to_dense()
+    blocks = padded // 128
+    want = torch.zeros(1, 1, blocks, blocks, dtype=dense.dtype)
+    used = (length + 127) // 128
+    want[..., :used, :used] = 1
+    torch.testing.assert_close(dense, want)
+
+
+@pytest.mark.parametrize('hw,skip', [((2, 150), 0), ((1, 129), 1),
+                                     ((12, 11), 0)])
+def test_padded_grids_equal_explicit(eager_flex, hw, skip):
+    """Grids whose tokens are padded to the next bucket (long thin ones
+    included: coordinates past the grid are clamped, its keys masked)."""
+    n = skip + hw[0] * hw[1]
+    torch.manual_seed(1)
+    x, pos = torch.randn(2, n, 32), torch.randn(2, n, 32)
+    mask = torch.zeros(2, n, dtype=torch.bool)
+    mask[1, -7:] = True
+    rpe = dict(mode='contextual', method='product', skip=skip)
+    explicit, flex = _module('explicit', 'qk', **rpe), _module('flex', 'qk',
+                                                                **rpe)
+    kwargs = dict(query_pos=pos, key_padding_mask=mask, spatial_shape=hw)
+    with torch.no_grad():
+        want, got = explicit(x, **kwargs), flex(x, **kwargs)
+    assert len(eager_flex) == 1
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
 def test_cpu_backward_is_refused_and_flex_falls_back(eager_flex):
@@ -359,3 +407,22 @@ def test_cuda_auto_trains_long_sequences_with_flex(monkeypatch):
     for name in want[2]:
         torch.testing.assert_close(got[2][name], want[2][name],
                                    atol=CUDA_ATOL, rtol=0, msg=name)
+
+
+@cuda
+def test_cuda_flex_training_one_compilation_per_size_bucket():
+    """Grids of one size bucket (129-256 tokens) train with one
+    compilation, each equal to the explicit backend forward and
+    backward."""
+    explicit, flex = _cores('k', 'contextual', 'product', 0, True)
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    for grid in ((9, 15), (12, 20), (16, 16), (11, 13)):
+        want = _train_call(explicit, grid, 0)
+        got = _train_call(flex, grid, 0)
+        torch.testing.assert_close(got[0], want[0], atol=CUDA_ATOL, rtol=0)
+        for g, w in zip(got[1], want[1]):
+            torch.testing.assert_close(g, w, atol=CUDA_ATOL, rtol=0)
+    assert not flex._warned and not flex._flex_failed
+    assert counters['stats']['unique_graphs'] == 1
