@@ -35,6 +35,8 @@ from .arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES, check_choice,
                          check_grid)
 from .attention_ops import attention_probs, constant_bias
 from .attention_terms import RelativeTerm, split_terms
+from .backend_rule import AUTO_CHUNKED_FROM  # noqa: F401 (its old home)
+from .backend_rule import AttentionCall, auto_backend, cuda_free_bytes
 from .chunked_attention import relative_attention
 from .fused_attention import (FUSED_DTYPES, fused_attention,
                               fused_unavailable_reason)
@@ -44,12 +46,6 @@ from .irpe_flex import (FLEX_DTYPES, flex_unsupported_reason,
 from .rel_pos import DecomposedRelPos
 from .rope2d import apply_rope2d
 from .tracing import is_exporting, is_tracing
-
-#: ``attn_impl='auto'`` trains with the chunked backend (FlexAttention on
-#: CUDA) from this many tokens on and with the explicit one below; measured
-#: on CPU, see docs/benchmark.md ("Long sequences").
-AUTO_CHUNKED_FROM = 1024
-
 
 class PEAttention(BaseModule):
     """Attention core with iRPE terms, RoPE, key padding and skip tokens.
@@ -73,14 +69,14 @@ class PEAttention(BaseModule):
             ``'auto'``. Without iRPE every backend is
             ``F.scaled_dot_product_attention``.
 
-            - ``'auto'``: on CPU ``'fused'`` where it applies, at every
-              length, in training and inference. Otherwise, when no
-              gradient flows into the iRPE terms and there is no iRPE on
-              values (inference, frozen tables), the terms are a constant
-              float mask of ``F.scaled_dot_product_attention``; in training
-              ``'explicit'`` below :data:`AUTO_CHUNKED_FROM` tokens and
-              ``'chunked'`` from there on (on CUDA ``'flex'`` where it
-              applies).
+            - ``'auto'``: the rule of
+              :mod:`~mmpe.models.layers.backend_rule`: on CPU ``'fused'``
+              where it applies; otherwise SDPA with the terms as a
+              constant mask (no gradient into them, no iRPE on values) or
+              ``'explicit'`` below ``AUTO_CHUNKED_FROM`` tokens,
+              ``'chunked'`` from there on; on CUDA the dense backend while
+              its memory estimate fits a share of the free memory, then
+              ``'flex'`` where it applies, else ``'chunked'``.
             - ``'explicit'``: logits ``(B, H, L, L)``, the iRPE terms added
               into them in place, softmax, ``@ v`` (+ iRPE on values), kept
               for autograd's backward; inference as ``'auto'``.
@@ -306,8 +302,11 @@ class PEAttention(BaseModule):
         if impl == 'fused' and fused_reason is not None:
             self._warn_once(f"{type(self).__name__} attn_impl='fused' falls "
                             f'back to the chunked backend: {fused_reason}')
-        backend = self.select_backend(q.shape[2], needs_grad, flex_ok, impl,
-                                      fused_reason is None)
+        call = AttentionCall.of(q, needs_grad, terms, self._dropout_p() > 0,
+                                self.chunk_size or 0)
+        backend = self.select_backend(
+            q.shape[2], needs_grad, flex_ok, impl, fused_reason is None, call,
+            cuda_free_bytes(q.device) if impl == 'auto' else None)
         if backend == 'flex':  # 'auto' on CUDA
             out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
                              height, width, False)
@@ -343,26 +342,16 @@ class PEAttention(BaseModule):
                        needs_grad: bool,
                        flex_ok: bool = False,
                        impl: Optional[str] = None,
-                       fused_ok: bool = False) -> str:
-        """The backend that runs a call (the rule of ``attn_impl``).
-
-        Args:
-            length (int): Tokens ``L`` of the call.
-            needs_grad (bool): Whether a gradient flows into the relative
-                terms (training with learnable tables or contextual terms).
-            flex_ok (bool): Whether FlexAttention applies to the call
-                (CUDA, iRPE on q / k only, no RoPE, ...); only ``'auto'``
-                reads it. Defaults to False.
-            impl (str, optional): The ``attn_impl`` to apply; None: the
-                module's. Defaults to None.
-            fused_ok (bool): Whether mmpe's fused CPU kernel applies to the
-                call (``_fused_reason``); ``'auto'`` and ``'fused'`` read
-                it. Defaults to False.
-
-        Returns:
-            str: ``'sdpa'``, ``'explicit'``, ``'chunked'``, ``'fused'`` or
-            ``'flex'``.
-        """
+                       fused_ok: bool = False,
+                       call: Optional[AttentionCall] = None,
+                       free_bytes: Optional[int] = None) -> str:
+        """The backend that runs a call: ``impl`` (None: ``attn_impl``);
+        'auto': :func:`~mmpe.models.layers.backend_rule.auto_backend` of
+        ``call`` (None: ``length`` and ``needs_grad`` on CPU), ``flex_ok``,
+        ``fused_ok`` (``_fused_reason`` is None) and ``free_bytes`` (CUDA).
+        ``needs_grad``: a gradient flows into the relative terms.
+        Returns ``'sdpa'``, ``'explicit'``, ``'chunked'``, ``'fused'`` or
+        ``'flex'``."""
         impl = self.attn_impl if impl is None else impl
         if not self.has_relative_terms:
             return 'sdpa'
@@ -370,13 +359,11 @@ class PEAttention(BaseModule):
             return 'fused' if fused_ok else 'chunked'
         if impl in ('sdpa', 'flex', 'chunked'):
             return impl
-        if impl == 'auto' and fused_ok:
-            return 'fused'
-        if self.rpe_v is None and not needs_grad:
-            return 'sdpa'  # the terms as a constant mask of the fused kernel
-        if impl == 'explicit' or length < AUTO_CHUNKED_FROM:
-            return 'explicit'
-        return 'flex' if flex_ok and self.rpe_v is None else 'chunked'
+        if call is None:
+            call = AttentionCall(length, needs_grad, self.rpe_v is not None)
+        if impl == 'explicit':
+            return 'explicit' if needs_grad or call.values_term else 'sdpa'
+        return auto_backend(call, flex_ok, fused_ok, free_bytes)
 
     # ------------------------------------------------------------------
     # relative terms

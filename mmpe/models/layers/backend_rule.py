@@ -1,0 +1,183 @@
+"""The rule of ``attn_impl='auto'``: which backend of
+:class:`~mmpe.models.layers.PEAttention` runs a call with relative terms,
+and the memory each backend holds for it.
+
+The rule is a pure function of the call's sizes, device type, gradient
+mode and the free device memory (:func:`auto_backend`), so that it can be
+checked anywhere with the inputs of any device.
+
+* Fused CPU kernel: where it applies (CPU), always.
+* CPU (every device but CUDA, and CUDA while ``torch.compile`` traces,
+  where free memory cannot be read inside a graph): no gradient into the
+  terms and no iRPE on values: SDPA with the terms as a constant mask;
+  otherwise ``'explicit'`` below :data:`AUTO_CHUNKED_FROM` tokens and
+  ``'chunked'`` (``'flex'`` where it applies) from there on.
+* CUDA: the dense backend (``'sdpa'`` for the constant mask, else
+  ``'explicit'``) while its :func:`memory_estimate` fits in
+  :data:`CUDA_MEMORY_FRACTION` of the free device memory; beyond, a backend
+  without an ``(L, L)`` tensor: ``'flex'`` where FlexAttention applies,
+  else ``'chunked'``. The dense backends are plain PyTorch ops (no
+  compilation); the speed of FlexAttention against them on CUDA has not
+  been measured by mmpe, so memory decides. Each call reads the free memory
+  as it runs: layers that keep ``(L, L)`` probabilities for the backward
+  leave less of it to the next ones, which switch once it is short.
+"""
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from .attention_terms import split_terms
+from .chunked_attention import chunk_rows
+from .flex_shapes import padded_length
+from .tracing import is_tracing
+
+#: ``attn_impl='auto'`` off CUDA trains with the chunked backend (flex
+#: where it applies) from this many tokens on and with the explicit one
+#: below; measured on CPU, see docs/benchmark.md ("Long sequences").
+AUTO_CHUNKED_FROM = 1024
+#: On CUDA the dense backend runs while its estimated peak is at most this
+#: fraction of the free device memory (the rest of the step - later
+#: layers, the backward of the other modules - needs the remainder).
+CUDA_MEMORY_FRACTION = 0.25
+#: Backends :func:`memory_estimate` knows.
+ESTIMATED_BACKENDS = ('explicit', 'sdpa', 'chunked', 'flex')
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What the rule reads of one call: sizes and modes, not tensors.
+
+    Args:
+        length (int): Tokens ``L``.
+        needs_grad (bool): Whether a gradient flows into the relative terms.
+        values_term (bool): iRPE on values (needs the probabilities).
+        device_type (str): ``'cpu'``, ``'cuda'``...
+        batch (int): ``B``.
+        heads (int): ``H``.
+        head_dim (int): ``d``.
+        itemsize (int): Bytes per element of q, k, v.
+        logit_terms (int): Relative terms added to the logits.
+        dropout (bool): Attention dropout in this call.
+        chunk_size (int): The module's ``chunk_size`` (0: automatic).
+    """
+    length: int
+    needs_grad: bool
+    values_term: bool = False
+    device_type: str = 'cpu'
+    batch: int = 1
+    heads: int = 1
+    head_dim: int = 64
+    itemsize: int = 4
+    logit_terms: int = 1
+    dropout: bool = False
+    chunk_size: int = 0
+
+    @classmethod
+    def of(cls, q: torch.Tensor, needs_grad: bool, terms: Sequence,
+           dropout: bool, chunk_size: int = 0) -> 'AttentionCall':
+        """The call of queries ``q`` (B, H, L, d) with relative ``terms``
+        (:class:`~mmpe.models.layers.attention_terms.RelativeTerm`)."""
+        logits, values = split_terms(terms)
+        batch, heads, length, head_dim = q.shape
+        return cls(length, needs_grad, bool(values), q.device.type, batch,
+                   heads, head_dim, q.element_size(), len(logits), dropout,
+                   chunk_size)
+
+
+def memory_estimate(backend: str, call: AttentionCall) -> int:
+    """Bytes a backend holds at the peak of a call on CUDA, beyond what
+    every backend holds (q, k, v, the output, the terms' lookups).
+
+    * ``'explicit'``: ``(B, H, L, L)`` buffers. Training: the probabilities
+      kept for the backward, where the gradients of the probabilities and
+      of the logits join them (the softmax is out of place off CPU): 3;
+      with attention dropout one more and its bool mask. Without gradient
+      (iRPE on values): logits and probabilities, 2.
+    * ``'sdpa'``: the dense terms summed into one ``(B, H, L, L)`` bias
+      (two live while a second term is added): 1 or 2; with gradient the
+      bias's gradient, one more.
+    * ``'chunked'``: two ``(B, H, R, L)`` blocks of ``R`` query rows
+      (:func:`~mmpe.models.layers.chunked_attention.chunk_rows`), four with
+      dropout.
+    * ``'flex'``: no ``(L, L)`` tensor: q, k, v and the output padded to
+      the size bucket ``Lp`` (:mod:`~mmpe.models.layers.flex_shapes`), 4
+      ``(B, H, Lp, d)``, and their gradients in training, 8; the row
+      log-sum-exp (float32) and the key mask.
+
+    Args:
+        backend (str): One of :data:`ESTIMATED_BACKENDS`.
+        call (AttentionCall): The call.
+
+    Returns:
+        int: Bytes.
+    """
+    bh, length, item = call.batch * call.heads, call.length, call.itemsize
+    square = bh * length * length
+    if backend == 'explicit':
+        if not call.needs_grad:
+            return 2 * square * item
+        if call.dropout:
+            return 4 * square * item + square  # + the bool dropout mask
+        return 3 * square * item
+    if backend == 'sdpa':
+        dense = 2 if call.logit_terms > 1 else 1
+        return (dense + int(call.needs_grad)) * square * item
+    if backend == 'chunked':
+        rows = chunk_rows(bh, length, call.chunk_size)
+        return (4 if call.dropout else 2) * bh * rows * length * item
+    if backend == 'flex':
+        padded = padded_length(length)
+        copies = 8 if call.needs_grad else 4
+        return (copies * bh * padded * call.head_dim * item + bh * padded * 4
+                + call.batch * padded)
+    raise ValueError(f'Unsupported `backend` {backend!r}, please choose '
+                     f'from {ESTIMATED_BACKENDS}')
+
+
+def auto_backend(call: AttentionCall,
+                 flex_ok: bool = False,
+                 fused_ok: bool = False,
+                 free_bytes: Optional[int] = None,
+                 fraction: float = CUDA_MEMORY_FRACTION) -> str:
+    """The backend ``attn_impl='auto'`` runs a call with relative terms
+    (module docstring).
+
+    Args:
+        call (AttentionCall): The call.
+        flex_ok (bool): Whether FlexAttention applies to the call (CUDA,
+            iRPE on q / k only, no RoPE...). Defaults to False.
+        fused_ok (bool): Whether mmpe's fused CPU kernel applies. Defaults
+            to False.
+        free_bytes (int, optional): Free device memory (CUDA); None: not
+            known, the length rule decides. Defaults to None.
+        fraction (float): Share of ``free_bytes`` the dense backend may
+            take. Defaults to :data:`CUDA_MEMORY_FRACTION`.
+
+    Returns:
+        str: ``'fused'``, ``'sdpa'``, ``'explicit'``, ``'chunked'`` or
+        ``'flex'``.
+    """
+    if fused_ok:
+        return 'fused'
+    dense = 'explicit' if call.values_term or call.needs_grad else 'sdpa'
+    bounded = 'flex' if flex_ok and not call.values_term else 'chunked'
+    if call.device_type != 'cuda' or free_bytes is None:
+        if dense == 'sdpa' or call.length < AUTO_CHUNKED_FROM:
+            return dense
+        return bounded
+    if memory_estimate(dense, call) <= fraction * free_bytes:
+        return dense
+    return bounded
+
+
+def cuda_free_bytes(device: torch.device) -> Optional[int]:
+    """Free memory of a CUDA device: the driver's free memory plus what
+    PyTorch's caching allocator holds unused; None off CUDA and while
+    tracing (a graph cannot read it)."""
+    if device.type != 'cuda' or is_tracing():
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    cached = (torch.cuda.memory_reserved(device) -
+              torch.cuda.memory_allocated(device))
+    return int(free + cached)
