@@ -11,6 +11,11 @@
 #               build the site into docs/_build/html, warnings as errors
 #   make figures  draw the figures of the docs (docs/_static/figures) from
 #               docs/data/*.json and, when it exists, the demo's work dir
+#   make gpu-check  on a machine with CUDA: the CUDA tests, FlexAttention
+#               against the explicit backend forward and backward, the auto
+#               rule's memory estimates against measured peaks, the long-sequence
+#               and backbone benchmarks; one markdown report (path printed).
+#               Without CUDA it says so in one line and exits 0
 PY := .venv/bin/python
 DEMO_CONFIG ?= configs/quickstart/detr_irpe_r18_synthetic.py
 DEMO_WORK_DIR ?= work_dirs/demo
@@ -27,7 +32,7 @@ DOCS_BUILD_DIR ?= docs/_build/html
 SPHINX_ARGS ?=
 
 .PHONY: demo demo-fast test setup setup-tests data train-demo eval-demo \
-	demo-seg setup-docs docs figures
+	demo-seg setup-docs docs figures gpu-check
 
 setup:
 	bash tools/setup_env.sh
@@ -81,3 +86,8 @@ docs: setup-docs
 figures: setup-tests
 	$(PY) tools/analysis/make_figures.py --out-dir docs/_static/figures \
 		$(if $(wildcard $(DEMO_WORK_DIR)/last_checkpoint),--demo-work-dir $(DEMO_WORK_DIR))
+
+# GPU_CHECK_ARGS: e.g. --skip-benchmarks (tests and checks only), --out-dir DIR
+GPU_CHECK_ARGS ?=
+gpu-check: setup-tests
+	$(PY) tools/gpu_check.py $(GPU_CHECK_ARGS)
