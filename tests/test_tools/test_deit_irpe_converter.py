@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from mmpe.models.backbones import CPVT
+
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
-FIXTURES = osp.join(ROOT, '..', 'shared', 'fixtures', 'irpe_authors')
+FIXTURES = osp.join(ROOT, 'tests', 'data', 'irpe_authors')
 
 spec = importlib.util.spec_from_file_location(
     'deit_irpe_to_mmpe',
@@ -107,7 +109,6 @@ def test_model_names_give_the_authors_settings(name):
 def test_every_model_of_the_list_loads_strictly(name):
     """Shapes of every method (product, euclidean, quant, cross with
     rp_rows + rp_cols) fit the CPVT the converter prints."""
-    CPVT = pytest.importorskip('mmpe.models.backbones').CPVT
     method, ratio, rpe_on, heads = AUTHORS_MODELS[name]
     sd = _authors_state_dict(method, ratio, rpe_on, heads)
     out = conv.convert(sd, log=None)
@@ -194,10 +195,7 @@ def test_setting_contradictions_are_errors():
 
 
 def test_cli_on_the_authors_fixture(tmp_path, capsys):
-    path = osp.join(FIXTURES, 'deit_irpe_ctx_product_qkv.npz')
-    if not osp.isfile(path):
-        pytest.skip(f'the authors\' recorded model is not at {path}')
-    data = np.load(path)
+    data = np.load(osp.join(FIXTURES, 'deit_irpe_ctx_product_qkv.npz'))
     authors = {
         k[len('model/'):]: torch.from_numpy(data[k])
         for k in data.files if k.startswith('model/')

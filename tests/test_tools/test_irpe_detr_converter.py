@@ -1,8 +1,8 @@
 """tools/model_converters/irpe_detr_to_mmpe.py against the iRPE authors' code.
 
 Expected values come from outside the converter: the predictions the
-authors' DETR-with-iRPE code recorded in ``<repo>/../shared/fixtures/
-irpe_authors/`` (its README describes every array), and a slow loop
+authors' DETR-with-iRPE code recorded in ``tests/data/irpe_authors/``
+(its README describes every array), and a slow loop
 reference of the authors' attention (Eq. 16-18 with their bucket ids and
 table layouts) written below.
 """
@@ -22,7 +22,7 @@ import mmpe  # noqa: F401
 from mmpe.models.layers import iRPEMultiheadAttention
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
-FIXTURES = osp.join(ROOT, '..', 'shared', 'fixtures', 'irpe_authors')
+FIXTURES = osp.join(ROOT, 'tests', 'data', 'irpe_authors')
 SETTINGS = ('rpe-1.9-product-ctx-1-k', 'rpe-1.9-product-bias-1-k')
 # the fixture README's tolerance: float32 through 2 encoder + 2 decoder
 # layers, the authors' op order differs from mmpe's (one fused matmul vs
@@ -42,12 +42,6 @@ spec = importlib.util.spec_from_file_location(
     osp.join(ROOT, 'tools', 'model_converters', 'irpe_detr_to_mmpe.py'))
 conv = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(conv)
-
-needs_fixtures = pytest.mark.skipif(
-    not osp.isdir(FIXTURES),
-    reason=f'the authors\' recorded outputs are not at {FIXTURES} (the '
-    'shared/ directory beside the repository)')
-
 
 def _fixture(setting):
     data = np.load(osp.join(FIXTURES, f'detr_{setting}.npz'))
@@ -99,7 +93,6 @@ def _load(model, state_dict):
         [k for k in result.missing_keys if not k.startswith('backbone.')]
 
 
-@needs_fixtures
 @pytest.mark.parametrize('batch', ['padded', 'unpadded'])
 @pytest.mark.parametrize('setting', SETTINGS)
 def test_predictions_match_authors(setting, batch):
@@ -144,7 +137,6 @@ def test_predictions_match_authors(setting, batch):
             boxes[layer], ref_boxes[layer], atol=ATOL, rtol=0)
 
 
-@needs_fixtures
 def test_cli_bias_checkpoint_loads(tmp_path, capsys):
     setting = 'rpe-1.9-product-bias-1-k'
     _, arch, authors = _fixture(setting)

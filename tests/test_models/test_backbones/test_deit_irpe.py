@@ -3,7 +3,7 @@
 Expected values come from outside mmpe: tokens recorded by running the
 authors' DeiT-with-iRPE code (class token, learnable absolute table and
 contextual product iRPE with skip 1 in every block) on a tiny model, in
-``<repo>/../shared/fixtures/irpe_authors/`` (its README describes every
+``tests/data/irpe_authors/`` (its README describes every
 array). Their weights go through tools/model_converters/deit_irpe_to_mmpe.py
 into a CPVT built from the fixture's ``arch`` / ``setting`` strings.
 """
@@ -17,7 +17,7 @@ import torch
 from mmpe.models.backbones import CPVT
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..', '..'))
-FIXTURES = osp.join(ROOT, '..', 'shared', 'fixtures', 'irpe_authors')
+FIXTURES = osp.join(ROOT, 'tests', 'data', 'irpe_authors')
 SETTINGS = ('k', 'qkv')
 # float32 through 2 blocks; the authors index a (L, L) bucket map where
 # mmpe factorises the product method, so sums run in another order
@@ -28,12 +28,6 @@ spec = importlib.util.spec_from_file_location(
     osp.join(ROOT, 'tools', 'model_converters', 'deit_irpe_to_mmpe.py'))
 conv = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(conv)
-
-pytestmark = pytest.mark.skipif(
-    not osp.isdir(FIXTURES),
-    reason=f'the authors\' recorded outputs are not at {FIXTURES} (the '
-    'shared/ directory beside the repository)')
-
 
 def _fixture(rpe_on):
     path = osp.join(FIXTURES, f'deit_irpe_ctx_product_{rpe_on}.npz')
