@@ -15,13 +15,15 @@ from mmpe.models.layers.irpe_flex import (FLEX_AVAILABLE,
                                           flex_unsupported_reason,
                                           irpe_flex_attention)
 
-pytestmark = [
-    pytest.mark.skipif(
-        not FLEX_AVAILABLE,
-        reason=f'FlexAttention unavailable in torch {torch.__version__}'),
-    # eager FlexAttention warns that it is unfused: that is the point here
-    pytest.mark.filterwarnings('ignore:flex_attention called without'),
-]
+# eager FlexAttention warns that it is unfused: that is the point here
+pytestmark = pytest.mark.filterwarnings('ignore:flex_attention called without')
+
+
+def test_flex_attention_is_available():
+    """The fixed stack's PyTorch has FlexAttention (a missing one fails
+    here, as every test below)."""
+    assert FLEX_AVAILABLE, f'no FlexAttention in torch {torch.__version__}'
+
 
 # float32 softmax attention of O(1) logits: rounding stays well below this
 ATOL = 2e-5
