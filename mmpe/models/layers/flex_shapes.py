@@ -36,8 +36,9 @@ grid reaches a compiled shape or a guarded constant.
 
 Not dynamic shapes: in PyTorch 2.13 inductor's CPU FlexAttention template
 fails to build with symbolic sizes, and the CUDA template's dynamic-shape
-path cannot be checked on the machines this code is tested on; the padded
-static shapes compile and are checked on CPU and CUDA alike. The compiled
+path has not been run by mmpe (no GPU so far); static shapes are what both
+templates build, and the padded ones are checked on CPU (forward) here and
+on CUDA by ``make gpu-check``. The compiled
 wrapper keeps its own recompile count (``isolate_recompiles``) with a limit
 of :data:`FLEX_RECOMPILE_LIMIT` and ``fullgraph=True``, so that past the
 limit a call raises (and :class:`~mmpe.models.layers.PEAttention` falls back
