@@ -147,3 +147,40 @@ def test_compiled_flex_over_recipe_sizes_few_compilations(batches):
                 if 'without torch.compile' in m or 'recompile' in m], messages
     assert not counters['graph_break']
     assert 1 <= counters['stats']['unique_graphs'] <= MAX_COMPILATIONS
+
+
+@pytest.fixture
+def recompile_limit_one(monkeypatch):
+    """The compiled wrapper rebuilt with a recompile limit of 1 (and the
+    real one again afterwards)."""
+    from mmpe.models.layers import irpe_flex
+    monkeypatch.setattr(irpe_flex, 'FLEX_RECOMPILE_LIMIT', 1)
+    irpe_flex.compiled_flex_attention.cache_clear()
+    torch._dynamo.reset()
+    yield
+    irpe_flex.compiled_flex_attention.cache_clear()
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # one C++ build
+def test_past_the_recompile_limit_the_layer_falls_back(recompile_limit_one):
+    """A second size bucket past a limit of one compilation: the call
+    raises inside (fullgraph) and the layer runs the explicit backend with
+    a warning; FlexAttention never runs uncompiled."""
+    explicit, flex = _modules()
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for grid in ((10, 12), (15, 20)):  # buckets of 128 and 512 tokens
+            n = grid[0] * grid[1]
+            x, pos = (torch.randn(1, n, 16, generator=gen) for _ in range(2))
+            kwargs = dict(query_pos=pos, spatial_shape=grid)
+            if grid == (10, 12):
+                got = flex(x, **kwargs)
+                assert not flex._warned
+            else:
+                with pytest.warns(UserWarning, match='falls back to the '
+                                  'explicit backend.*FlexAttention failed'):
+                    got = flex(x, **kwargs)
+            torch.testing.assert_close(got, explicit(x, **kwargs),
+                                       atol=_F32_ATOL, rtol=0)
+    assert flex._flex_failed
