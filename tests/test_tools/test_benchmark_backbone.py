@@ -68,6 +68,28 @@ def test_backbone_benchmark_rel_pos_rows(tmp_path):
     assert 'aim' not in rows['windowed rel-pos']  # the aim is iRPE's
 
 
+def test_backbone_benchmark_bf16_rows(tmp_path):
+    """--dtypes float32 bfloat16: every row twice, ratios within a dtype
+    (each dtype's own baseline) and to the same row in float32."""
+    tool = _tool('backbone.py')
+    out = tmp_path / 'bb.json'
+    tool.main(['--quick', '--sizes', '224x160', '--encodings', 'irpe',
+               '--layouts', 'global', '--dtypes', 'float32', 'bfloat16',
+               '--out', str(out)])
+    rows = {(r['dtype'], r['row']): r
+            for r in json.loads(out.read_text())['rows']}
+    assert list(rows) == [('float32', 'global none'),
+                          ('float32', 'global irpe'),
+                          ('bfloat16', 'global none'),
+                          ('bfloat16', 'global irpe')]
+    for (dtype, row), r in rows.items():
+        assert 'error' not in r and r['ms'] > 0
+        assert r['x_time_f32'] == pytest.approx(
+            r['ms'] / rows['float32', row]['ms'])
+        assert r['x_time_layout'] == pytest.approx(
+            r['ms'] / rows[dtype, 'global none']['ms'])
+
+
 def test_backbone_benchmark_global_blocks_follow_vitdet():
     tool = _tool('backbone.py')
     assert tool.global_blocks(12) == (2, 5, 8, 11)
@@ -80,7 +102,8 @@ def test_backbone_benchmark_failed_row_is_reported():
         with pytest.raises(SystemExit):
             tool.parse_args(bad)
     args = tool.parse_args(['--quick'])
-    rec = tool._run_row(args, 's', (64, 64), 'windowed', 'relative')
+    rec = tool._run_row(args, 's', (64, 64), 'windowed', 'relative',
+                        'float32')
     assert 'relative' in rec['error'][-1] and 'ms' not in rec
 
 
@@ -97,6 +120,18 @@ def test_train_step_global_twin_with_memory(tmp_path):
     for r in rows:
         assert r['peak_mb'] >= r['step_mb'] > 0 and len(r['times_s']) == 2
     assert rows[0]['peak_ratio'] == pytest.approx(1.0)
+
+
+def test_train_step_amp_twin_options():
+    """--amp-twin: after each variant, the same one as tools/train.py
+    --amp builds it on a CPU (the AutocastOptimWrapper in bf16)."""
+    tool = _tool('train_step.py')
+    config = 'configs/quickstart/detr_irpe_r18_synthetic.py'
+    rows = tool.variants(tool.parse_args([config, '--amp-twin']))
+    assert [r[0] for r in rows] == [config, f'{config} [bf16 autocast]']
+    assert rows[0][2] == {}
+    assert rows[1][2] == {'optim_wrapper.type': 'AutocastOptimWrapper',
+                          'optim_wrapper.dtype': 'bfloat16'}
 
 
 def test_train_step_windowed_twin_options():

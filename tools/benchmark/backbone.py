@@ -17,6 +17,11 @@ rows:
   default): every block in windows, no global block; what an encoding
   costs inside windows alone.
 
+``--dtypes float32 bfloat16`` runs every row also under bf16 autocast (the
+forward in ``torch.autocast``, as ``tools/train.py --amp`` trains on a CPU);
+ratios divide by the baseline of the same dtype, and ``x f32`` by the same
+row in float32.
+
 Encodings: ``peg`` (after block 0), ``learnable``, ``sine``, ``rope2d``,
 ``rope-mixed``, ``irpe`` (contextual product on keys, ratio 1.9, the iRPE
 authors' DeiT setting) and ``rel-pos`` (ViTDet's decomposed relative
@@ -66,6 +71,7 @@ ARCHS = {'s': 'small', 'b': 'base'}
 ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe',
              'rel-pos')
 LAYOUTS = ('global', 'windowed', 'windows-only')
+DTYPES = ('float32', 'bfloat16')
 BASELINE = 'windowed none'
 #: aims on CPU (windowed layout): the encoding's step time and step memory
 #: over windowed none
@@ -107,13 +113,16 @@ def child(args: argparse.Namespace) -> dict:
         kwargs.update(window_size=args.window)
     model = CPVT(arch=arch, **kwargs).train()
     x = torch.randn(args.batch, 3, height, width)
+    autocast = torch.autocast(
+        'cpu', dtype=torch.bfloat16, enabled=args.dtype == 'bfloat16')
     rss_before = resident_mb('VmRSS')
     times = []
     for i in range(args.warmup + args.repeats):
         model.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        out = model(x)[-1]
-        out.square().mean().backward()
+        with autocast:
+            out = model(x)[-1]
+        out.float().square().mean().backward()
         elapsed = time.perf_counter() - start
         if i >= args.warmup:
             times.append(elapsed)
@@ -145,6 +154,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--depth', type=int, default=None,
                         help='blocks (default 12: the real ViT; 3: one '
                         'global block after two window blocks)')
+    parser.add_argument('--dtypes', nargs='+', default=['float32'],
+                        choices=list(DTYPES),
+                        help='float32 and / or bfloat16 (bf16 autocast '
+                        'around the forward)')
     parser.add_argument('--window', type=int, default=14)
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--threads', type=int, default=1,
@@ -166,6 +179,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--layout', choices=list(LAYOUTS),
                         help=argparse.SUPPRESS)
     parser.add_argument('--encoding', help=argparse.SUPPRESS)
+    parser.add_argument('--dtype', choices=list(DTYPES), default='float32',
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     defaults = dict(depth=12, archs=['s', 'b'],
                     sizes=[(1024, 1024), (800, 1333)], warmup=1, repeats=2)
@@ -184,12 +199,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def _run_row(args: argparse.Namespace, arch: str, size: Tuple[int, int],
-             layout: str, encoding: str) -> dict:
+             layout: str, encoding: str, dtype: str) -> dict:
     height, width = size
     cmd = [
         sys.executable, os.path.abspath(__file__), '--child', '--arch', arch,
         '--size', f'{width}x{height}', '--layout', layout, '--encoding',
-        encoding, '--depth', str(args.depth), '--window', str(args.window),
+        encoding, '--dtype', dtype, '--depth', str(args.depth),
+        '--window', str(args.window),
         '--batch', str(args.batch), '--threads', str(args.threads),
         '--warmup', str(args.warmup), '--repeats', str(args.repeats)
     ]
@@ -207,17 +223,23 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 
 def summarise(rows: List[dict]) -> List[dict]:
-    """Ratios of time and memory to ``windowed none`` of the same ViT and
-    image size; the aims of :data:`AIMS` checked where both rows exist."""
-    by_key = {(r['arch'], tuple(r['size']), r['row']): r for r in rows}
+    """Ratios of time and memory to ``windowed none`` of the same ViT,
+    image size and dtype, and to the same row in float32 (``x_time_f32``);
+    the aims of :data:`AIMS` checked where both rows exist."""
+    by_key = {(r['arch'], tuple(r['size']), r['dtype'], r['row']): r
+              for r in rows}
     for r in rows:
-        base = by_key.get((r['arch'], tuple(r['size']), BASELINE), {})
+        key = (r['arch'], tuple(r['size']), r['dtype'])
+        base = by_key.get((*key, BASELINE), {})
+        f32 = by_key.get((r['arch'], tuple(r['size']), 'float32', r['row']),
+                         {})
+        r['x_time_f32'] = _ratio(r.get('ms'), f32.get('ms'))
+        r['x_peak_mb_f32'] = _ratio(r.get('peak_mb'), f32.get('peak_mb'))
         r['x_time'] = _ratio(r.get('ms'), base.get('ms'))
         r['x_step_mb'] = _ratio(r.get('step_mb'), base.get('step_mb'))
         r['x_peak_mb'] = _ratio(r.get('peak_mb'), base.get('peak_mb'))
         layout, encoding = r['row'].split()
-        own = by_key.get((r['arch'], tuple(r['size']),
-                          row_name(layout, 'none')), {})
+        own = by_key.get((*key, row_name(layout, 'none')), {})
         r['x_time_layout'] = _ratio(r.get('ms'), own.get('ms'))
         r['x_step_mb_layout'] = _ratio(r.get('step_mb'), own.get('step_mb'))
         if layout == 'windowed' and encoding in AIMS:
@@ -234,14 +256,15 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 def print_table(rows: List[dict]) -> None:
-    head = (f'{"ViT":<4}{"image":>10} {"row":<24}{"grid":>9}{"ms":>10}'
-            f'{"x":>7}{"step MB":>10}{"x":>7}{"peak MB":>10}{"x":>7}'
-            f'{"x layout (ms, step MB)":>24}')
+    head = (f'{"ViT":<4}{"image":>10} {"dtype":<9}{"row":<24}{"grid":>9}'
+            f'{"ms":>10}{"x":>7}{"step MB":>10}{"x":>7}{"peak MB":>10}'
+            f'{"x":>7}{"x layout (ms, step MB)":>24}{"x f32 (ms, peak)":>18}')
     print(head)
     for r in rows:
         size = f'{r["size"][1]}x{r["size"][0]}'
         if 'error' in r:
-            print(f'{r["arch"]:<4}{size:>10} {r["row"]:<24} failed: '
+            print(f'{r["arch"]:<4}{size:>10} {r["dtype"]:<9}{r["row"]:<24} '
+                  'failed: '
                   f'{r["error"]}')
             continue
         grid = f'{r["grid"][0]}x{r["grid"][1]}'
@@ -252,11 +275,13 @@ def print_table(rows: List[dict]) -> None:
                    f'{"met" if r["aim"]["met"] else "NOT met"}')
         own = (f'{_fmt(r["x_time_layout"], ".2f")}, '
                f'{_fmt(r["x_step_mb_layout"], ".2f")}')
-        print(f'{r["arch"]:<4}{size:>10} {r["row"]:<24}{grid:>9}'
-              f'{r["ms"]:>10.0f}{_fmt(r["x_time"], ".2f"):>7}'
+        f32 = (f'{_fmt(r["x_time_f32"], ".2f")}, '
+               f'{_fmt(r["x_peak_mb_f32"], ".2f")}')
+        print(f'{r["arch"]:<4}{size:>10} {r["dtype"]:<9}{r["row"]:<24}'
+              f'{grid:>9}{r["ms"]:>10.0f}{_fmt(r["x_time"], ".2f"):>7}'
               f'{r["step_mb"]:>10.0f}{_fmt(r["x_step_mb"], ".2f"):>7}'
               f'{r["peak_mb"]:>10.0f}{_fmt(r["x_peak_mb"], ".2f"):>7}'
-              f'{own:>24}{aim}')
+              f'{own:>24}{f32:>18}{aim}')
 
 
 def main(argv: Optional[List[str]] = None) -> Dict:
@@ -268,14 +293,16 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     rows = []
     for arch in args.archs:
         for size in args.sizes:
-            names = [(layout, enc) for layout in args.layouts
+            names = [(dtype, layout, enc) for dtype in args.dtypes
+                     for layout in args.layouts
                      for enc in ('none', *args.encodings)]
-            for layout, encoding in names:
+            for dtype, layout, encoding in names:
                 name = row_name(layout, encoding)
                 print(f'[backbone] ViT-{arch.upper()} {size[1]}x{size[0]} '
-                      f'{name} ...', flush=True)
-                rec = _run_row(args, arch, size, layout, encoding)
-                rows.append(dict(arch=arch, size=list(size), row=name, **rec))
+                      f'{dtype} {name} ...', flush=True)
+                rec = _run_row(args, arch, size, layout, encoding, dtype)
+                rows.append(dict(arch=arch, size=list(size), dtype=dtype,
+                                 row=name, **rec))
     summarise(rows)
     result = dict(
         env=dict(
@@ -285,7 +312,8 @@ def main(argv: Optional[List[str]] = None) -> Dict:
             load_avg_start=load_start,
             load_avg_end=os.getloadavg()),
         args={k: v for k, v in vars(args).items()
-              if k not in ('child', 'arch', 'size', 'layout', 'encoding')},
+              if k not in ('child', 'arch', 'size', 'layout', 'encoding',
+                           'dtype')},
         rows=rows)
     print(f'depth {args.depth}, window {args.window}, global blocks '
           f'{global_blocks(args.depth)}, batch {args.batch}, '

@@ -25,7 +25,10 @@ attention, everything else equal); ``--windowed-twin`` adds, after each
 config whose CPVT backbone attends globally, the same config in ViTDet's
 layout (14 x 14 windows, global blocks 2, 5, 8, 11 of 12 or the same
 quarters of another depth; without a class token, which windows refuse:
-only the attention layout and that token differ). ``--memory`` runs each config in its own
+only the attention layout and that token differ); ``--amp-twin`` adds, after
+each of those, the same model trained as ``tools/train.py --amp`` trains it
+on a CPU (bf16 autocast around the forward: ``AutocastOptimWrapper``).
+``--memory`` runs each config in its own
 subprocess (one after the other, so not interleaved) and reports, beside
 the median step time, the process's high-water resident memory (``VmHWM``)
 and that above the resident size before the first step (``step MB``): CPU
@@ -148,7 +151,19 @@ def variants(args: argparse.Namespace) -> List[Tuple[str, str, dict]]:
                             'model.backbone.global_blocks':
                             vitdet_global_blocks(depth),
                             'model.backbone.use_cls_token': False})))
+    if args.amp_twin:
+        out = [twin for variant in out for twin in (variant, amp_twin(variant))]
     return out
+
+
+def amp_twin(variant: Tuple[str, str, dict]) -> Tuple[str, str, dict]:
+    """The variant trained as ``tools/train.py --amp`` does on a CPU: its
+    optimiser wrapper becomes an ``AutocastOptimWrapper`` (bf16 autocast
+    around the forward, the same optimiser and clipping)."""
+    label, path, options = variant
+    return (f'{label} [bf16 autocast]', path,
+            dict(options, **{'optim_wrapper.type': 'AutocastOptimWrapper',
+                             'optim_wrapper.dtype': 'bfloat16'}))
 
 
 def _cpvt_depth(backbone) -> int:
@@ -211,6 +226,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--windowed-twin', action='store_true',
                         help='also run each global CPVT config in ViTDet\'s '
                         'window layout (without a class token)')
+    parser.add_argument('--amp-twin', action='store_true',
+                        help='also run each variant under bf16 autocast '
+                        '(tools/train.py --amp on a CPU)')
     parser.add_argument('--memory', action='store_true',
                         help='one subprocess per config: step time and '
                         'peak resident memory (not interleaved)')
