@@ -88,8 +88,8 @@ def resample_pos_embed(pos_embed: Tensor,
         mode (str): ``F.interpolate`` mode. Defaults to 'bicubic'.
         antialias (bool): PyTorch's antialiased bicubic (the kernel of
             PIL, a = -0.5, widened when shrinking) rather than the plain
-            one (a = -0.75); the two differ when enlarging too.
-            Defaults to True.
+            one (a = -0.75, :func:`bicubic_resize`); the two differ when
+            enlarging too. Defaults to True.
         in_float32 (bool): Interpolate in float32 whatever the table's
             dtype (as timm); False: in the table's dtype, float32 at least
             (as detectron2, which interpolates the parameter itself).
@@ -111,20 +111,73 @@ def resample_pos_embed(pos_embed: Tensor,
     dtype = torch.float32 if in_float32 else torch.promote_types(
         pos_embed.dtype, torch.float32)
     grid = grid.reshape(1, h0, w0, c).permute(0, 3, 1, 2).to(dtype)
-    kwargs = {}
-    if mode in ('bilinear', 'bicubic'):
-        kwargs = dict(align_corners=False, antialias=antialias)
-    grid = F.interpolate(grid, size=tuple(dst_shape), mode=mode, **kwargs)
+    if mode == 'bicubic' and not antialias:
+        grid = bicubic_resize(grid, dst_shape)
+    else:
+        kwargs = {}
+        if mode in ('bilinear', 'bicubic'):
+            kwargs = dict(align_corners=False, antialias=antialias)
+        grid = F.interpolate(grid, size=tuple(dst_shape), mode=mode,
+                             **kwargs)
     # (1, C, h, w) -> (1, h*w, C)
     grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
     return torch.cat([skip, grid], dim=1)
+
+
+def _cubic_taps(size: int, length, device: torch.device,
+                dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+    """Source rows ``(length, 4)`` and weights ``(length, 4)`` of the plain
+    bicubic resize of ``size`` samples to ``length``.
+
+    Output sample ``o`` reads the source at ``s = (o + 0.5) size / length -
+    0.5`` (half-pixel centres, not clamped); with ``t = s - floor(s)`` its
+    taps ``floor(s) - 1 .. floor(s) + 2`` (clamped to the source: border
+    samples repeated) weigh ``W(t + 1), W(t), W(1 - t), W(2 - t)`` for Keys'
+    cubic kernel ``W`` with ``a = -0.75`` (Keys 1981, Eq. 15): PyTorch's
+    ``upsample_bicubic2d``.
+    """
+    pos = torch.arange(length, device=device, dtype=dtype)
+    src = (2 * pos + 1) * size / (2 * length) - 0.5
+    low = src.floor()
+    t = (src - low)[:, None]
+    d = torch.cat([t + 1, t, 1 - t, 2 - t], dim=1)  # distance of each tap
+    a = -0.75
+    near = ((a + 2) * d - (a + 3)) * d * d + 1  # |d| <= 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # 1 < |d| < 2
+    index = low.long()[:, None] + torch.arange(-1, 3, device=device)
+    return index.clamp(0, size - 1), torch.where(d <= 1, near, far)
+
+
+def bicubic_resize(grid: Tensor, dst_shape: Tuple[int, int]) -> Tensor:
+    """``F.interpolate(grid, dst_shape, mode='bicubic', align_corners=False)``
+    (no antialias), as gathers and sums per axis: the same values (to
+    rounding), and a graph of plain ops for any (symbolic) size, which
+    inductor compiles where its lowering of the operator fails on sizes of
+    padded grids.
+
+    Args:
+        grid (Tensor): ``(N, C, h0, w0)``.
+        dst_shape (tuple[int, int]): ``(h, w)``.
+
+    Returns:
+        Tensor: ``(N, C, h, w)``.
+    """
+    rows, row_w = _cubic_taps(grid.shape[2], dst_shape[0], grid.device,
+                              grid.dtype)
+    cols, col_w = _cubic_taps(grid.shape[3], dst_shape[1], grid.device,
+                              grid.dtype)
+    # (N, C, h, 4, w0) -> (N, C, h, w0)
+    grid = (grid[:, :, rows] * row_w[:, :, None]).sum(3)
+    # (N, C, h, w, 4) -> (N, C, h, w)
+    return (grid[:, :, :, cols] * col_w).sum(-1)
 
 
 #: How a learnable table is resampled to another grid, as keyword arguments
 #: of :func:`resample_pos_embed`: ``'timm'`` (``resample_abs_pos_embed``:
 #: antialiased bicubic in float32) or ``'detectron2'`` (ViTDet's
 #: ``get_abs_pos``: plain bicubic, ``align_corners=False``, in the table's
-#: dtype; its class-token row is dropped when the weights are converted).
+#: dtype, by :func:`bicubic_resize`; its class-token row is dropped when the
+#: weights are converted).
 POS_EMBED_INTERPS = {
     'timm': dict(mode='bicubic', antialias=True, in_float32=True),
     'detectron2': dict(mode='bicubic', antialias=False, in_float32=False),
