@@ -25,12 +25,14 @@ from test_train_test_e2e import _options  # noqa: E402 (tests/test_tools)
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 VENV = osp.join(ROOT, '.venv')
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not osp.isfile(osp.join(VENV, 'bin', 'activate')),
-        reason='needs the repository .venv that make test creates'),
-]
+pytestmark = pytest.mark.slow
+
+
+def test_make_test_created_the_venv():
+    """The commands below need the repository's .venv (``make test``
+    creates it): without it they fail, this test says why."""
+    assert osp.isfile(osp.join(VENV, 'bin', 'activate')), \
+        f'no {VENV}: run make test (it creates the environment)'
 
 
 def readme_block() -> list:
