@@ -1,7 +1,5 @@
 """Install mmpe: position encodings for vision transformers in MMDetection 3.x."""
-import os
 import os.path as osp
-import platform
 
 from setuptools import find_packages, setup
 
@@ -13,20 +11,25 @@ def get_extensions() -> tuple:
     and its attention uses the pure-PyTorch backends.
 
     ``-fno-math-errno -fno-trapping-math`` (torch's own flags) let the
-    compiler vectorise the kernel's exp; ``-march=native`` (x86_64, unless
-    ``MMPE_NATIVE_ARCH=0``) targets the CPU the build runs on, as a source
-    build of mmcv's ops does.
+    compiler vectorise the kernel's exp. No ``-march``: one build runs on
+    every CPU of its architecture. The row loops are compiled once per
+    instruction set (``kernel_rows_{baseline,avx2,avx512}.cpp``, each
+    setting its own target for its functions only; AVX2 / AVX-512 on x86-64
+    alone) and the variant is picked at run time from the CPU's features
+    (or ``MMPE_KERNEL_ISA``), as PyTorch's own CPU kernels are.
     """
     try:
         from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError:  # no torch at build time: pure Python
         return [], {}
     flags = ['-O3', '-fopenmp', '-fno-math-errno', '-fno-trapping-math']
-    if platform.machine() in ('x86_64', 'AMD64') and os.environ.get(
-            'MMPE_NATIVE_ARCH', '1') != '0':
-        flags.append('-march=native')
+    sources = ['mmpe/csrc/fused_attention_cpu.cpp'] + [
+        f'mmpe/csrc/kernel_rows_{isa}.cpp'
+        for isa in ('baseline', 'avx2', 'avx512')
+    ]  # the x86 variants compile to nothing elsewhere
     ext = CppExtension(
-        'mmpe._ext', ['mmpe/csrc/fused_attention_cpu.cpp'],
+        'mmpe._ext', sources,
+        depends=['mmpe/csrc/kernel_rows.h', 'mmpe/csrc/kernel_rows_impl.h'],
         extra_compile_args=flags, extra_link_args=['-fopenmp'],
         optional=True)
     return [ext], {'build_ext': BuildExtension}

@@ -19,7 +19,7 @@ EXTRA="${1:-}"
 
 hash_inputs() {
     cat "$ROOT"/requirements/*.txt "$ROOT/tools/setup_env.sh" "$ROOT/setup.py" \
-        "$ROOT"/mmpe/csrc/*.cpp | sha256sum | cut -c1-16
+        "$ROOT"/mmpe/csrc/*.cpp "$ROOT"/mmpe/csrc/*.h | sha256sum | cut -c1-16
 }
 STAMP="$VENV/.mmpe-setup-${EXTRA:-runtime}-$(hash_inputs)"
 if [ -f "$STAMP" ]; then

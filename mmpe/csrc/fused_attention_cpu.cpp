@@ -28,241 +28,127 @@
 // logits, the terms, the mask and the softmax are one pass over it, and no
 // (L, L) tensor exists. The matrix products go through ATen (MKL / oneDNN on
 // the block views).
+//
+// The row loops (kernel_rows_impl.h) are compiled once per instruction set
+// (baseline, AVX2 + FMA, AVX-512) and called through the table of the
+// variant named by each call's `isa` (the Python side picks one per process
+// from the CPU's features or MMPE_KERNEL_ISA): one build runs on every
+// x86-64 CPU. This file itself is built for the baseline target: ATen's
+// inline code is never emitted with wider instructions.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstdint>
-#include <limits>
+#include <string>
 #include <vector>
+
+#include "kernel_rows.h"
 
 namespace {
 
-// exp(x) for float, Cephes' expf (range reduction by ln 2, degree-6
-// polynomial, about 1 ulp), written so that the loops calling it vectorise;
-// exp(-inf) = 0 (masked keys), NaN stays NaN.
-inline float exp_impl(float x) {
-  const float lo = -87.3365447f;  // below: 0 (a denormal or 0 in expf too)
-  const float hi = 88.7228394f;
-  const float xc = std::min(std::max(x, lo), hi);
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const float y =
-      p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  // NaN in, NaN out (a fully masked row, as the explicit backend gives)
-  return x < lo ? 0.0f : (x == x ? y : x);
+using mmpe_rows::Geometry;
+using mmpe_rows::RowKernels;
+using mmpe_rows::RowTerms;
+using mmpe_rows::Strided4;
+
+// ------------------------------------------------------------ variants
+// The row loops' copies: name, table, whether this CPU runs it. The
+// probe asks the CPU (cpuid, and for AVX / AVX-512 whether the OS saves
+// their registers: GCC's and Clang's __builtin_cpu_supports check both).
+struct Variant {
+  const char* name;
+  mmpe_rows::KernelTable (*table)();
+  bool (*runs)();
+};
+
+bool always() { return true; }
+#ifdef MMPE_ROWS_X86
+bool cpu_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+bool cpu_avx512() {
+  return cpu_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+}
+#endif
+
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> all = {
+      {"baseline", &mmpe_rows::baseline::table, &always},
+#ifdef MMPE_ROWS_X86
+      {"avx2", &mmpe_rows::avx2::table, &cpu_avx2},
+      {"avx512", &mmpe_rows::avx512::table, &cpu_avx512},
+#endif
+  };
+  return all;
 }
 
-inline double exp_impl(double x) { return std::exp(x); }
+std::vector<std::string> compiled_isas() {
+  std::vector<std::string> out;
+  for (const auto& v : variants()) out.emplace_back(v.name);
+  return out;
+}
 
-// The geometry of the term: per-axis bucket tables, the values' layout
-// and the leading tokens outside the grid (class tokens).
-struct Geometry {
-  const int64_t* rows;  // (h, h): ry(iy, jy)
-  const int64_t* cols;  // (w, w): rx(ix, jx)
-  int64_t h, w, sy, sx;
-  bool product;
-  int64_t col_offset;  // cross: column buckets start here
-  int64_t skip;        // leading tokens outside the grid
-  int64_t extra0, extra1;  // their bucket(s) (cross: one per axis; -1: none)
-};
-
-// A (B, H, L, n) tensor read through its strides (last stride 1).
-template <typename T>
-struct Strided4 {
-  const T* data;
-  int64_t sb, sh, si;
-  const T* row(int64_t b, int64_t hd, int64_t i) const {
-    return data + b * sb + hd * sh + i * si;
+std::vector<std::string> runnable_isas() {
+  std::vector<std::string> out;
+  for (const auto& v : variants()) {
+    if (v.runs()) out.emplace_back(v.name);
   }
+  return out;
+}
+
+// The tables, made once (the probe runs once per variant).
+struct Resolved {
+  std::string name;
+  bool runs;
+  mmpe_rows::KernelTable table;
 };
 
+const std::vector<Resolved>& resolved() {
+  static const std::vector<Resolved> all = [] {
+    std::vector<Resolved> out;
+    for (const auto& v : variants()) out.push_back({v.name, v.runs(), v.table()});
+    return out;
+  }();
+  return all;
+}
+
+// The table of the variant `isa`; an error (never an illegal instruction)
+// for a name this build lacks or a variant this CPU cannot run.
+const mmpe_rows::KernelTable& kernel_table(const std::string& isa) {
+  std::string names;
+  for (const auto& r : resolved()) {
+    if (r.name == isa) {
+      TORCH_CHECK(r.runs, "fused attention: this CPU cannot run the '", isa,
+                  "' kernel variant (it runs: ", c10::Join(", ", runnable_isas()),
+                  ")");
+      return r.table;
+    }
+    names += (names.empty() ? "" : ", ") + r.name;
+  }
+  TORCH_CHECK(false, "fused attention: unknown kernel variant '", isa,
+              "'; this build has: ", names);
+}
+
+template <typename T>
+const RowKernels<T>& row_kernels(const mmpe_rows::KernelTable& t);
+template <>
+const RowKernels<float>& row_kernels<float>(const mmpe_rows::KernelTable& t) {
+  return t.f32;
+}
+template <>
+const RowKernels<double>& row_kernels<double>(const mmpe_rows::KernelTable& t) {
+  return t.f64;
+}
+
+// ------------------------------------------------------------ ATen part
 template <typename T>
 Strided4<T> strided4(const at::Tensor& t) {
   return {t.data_ptr<T>(), t.stride(0), t.stride(1), t.stride(2)};
-}
-
-// s[j] += a (+ m[j]) for n entries.
-template <typename T>
-void add_const(T* s, T a, const T* m, int64_t n) {
-  if (m) {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] += a + m[j];
-  } else {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] += a;
-  }
-}
-
-template <typename T>
-T extra_value(const T* c, const Geometry& g) {
-  return c[g.extra0] + (g.extra1 >= 0 ? c[g.extra1] : T(0));
-}
-
-// s[j] += T_ij (+ m_ij) for the query i, over all L keys. `pat` is scratch
-// of sy * w (product) or w (cross) elements.
-template <typename T>
-void add_term_row(T* s, const T* c, const T* mask, int64_t i,
-                  const Geometry& g, T* pat) {
-  if (g.skip) {  // pairs with a token outside the grid: its bucket(s)
-    const T e = extra_value(c, g);
-    if (i < g.skip) {
-      add_const(s, e, mask, g.skip + g.h * g.w);
-      return;
-    }
-    add_const(s, e, mask, g.skip);
-    s += g.skip;
-    mask = mask ? mask + g.skip : nullptr;
-    i -= g.skip;
-  }
-  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
-  const int64_t* ry = g.rows + iy * g.h;
-  const int64_t* rx = g.cols + ix * w;
-  if (g.product) {
-    for (int64_t u = 0; u < g.sy; ++u) {
-      const T* cu = c + u * g.sx;
-      T* pu = pat + u * w;
-      for (int64_t jx = 0; jx < w; ++jx) pu[jx] = cu[rx[jx]];
-    }
-    for (int64_t jy = 0; jy < g.h; ++jy) {
-      const T* pu = pat + ry[jy] * w;
-      T* sr = s + jy * w;
-      if (mask) {
-        const T* mr = mask + jy * w;
-#pragma omp simd
-        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += pu[jx] + mr[jx];
-      } else {
-#pragma omp simd
-        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += pu[jx];
-      }
-    }
-  } else {
-    for (int64_t jx = 0; jx < w; ++jx) pat[jx] = c[g.col_offset + rx[jx]];
-    for (int64_t jy = 0; jy < g.h; ++jy) {
-      const T a = c[ry[jy]];
-      T* sr = s + jy * w;
-      if (mask) {
-        const T* mr = mask + jy * w;
-#pragma omp simd
-        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += a + pat[jx] + mr[jx];
-      } else {
-#pragma omp simd
-        for (int64_t jx = 0; jx < w; ++jx) sr[jx] += a + pat[jx];
-      }
-    }
-  }
-}
-
-template <typename T>
-T sum_row(const T* x, int64_t n) {
-  T sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) sum += x[j];
-  return sum;
-}
-
-// dc_i[b] += sum_{j: b(i, j) = b} dE_ij for the query i; `acc` is scratch
-// of sy * w (product) or w (cross) elements.
-template <typename T>
-void reduce_term_row(const T* de, T* dc, int64_t i, const Geometry& g,
-                     T* acc) {
-  if (g.skip) {
-    const int64_t n = i < g.skip ? g.skip + g.h * g.w : g.skip;
-    const T sum = sum_row(de, n);
-    dc[g.extra0] += sum;
-    if (g.extra1 >= 0) dc[g.extra1] += sum;
-    if (i < g.skip) return;
-    de += g.skip;
-    i -= g.skip;
-  }
-  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
-  const int64_t* ry = g.rows + iy * g.h;
-  const int64_t* rx = g.cols + ix * w;
-  if (g.product) {
-    std::fill(acc, acc + g.sy * w, T(0));
-    for (int64_t jy = 0; jy < g.h; ++jy) {
-      T* au = acc + ry[jy] * w;
-      const T* dr = de + jy * w;
-#pragma omp simd
-      for (int64_t jx = 0; jx < w; ++jx) au[jx] += dr[jx];
-    }
-    for (int64_t u = 0; u < g.sy; ++u) {
-      const T* au = acc + u * w;
-      T* du = dc + u * g.sx;
-      for (int64_t jx = 0; jx < w; ++jx) du[rx[jx]] += au[jx];
-    }
-  } else {
-    std::fill(acc, acc + w, T(0));
-    for (int64_t jy = 0; jy < g.h; ++jy) {
-      const T* dr = de + jy * w;
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t jx = 0; jx < w; ++jx) {
-        sum += dr[jx];
-        acc[jx] += dr[jx];
-      }
-      dc[ry[jy]] += sum;
-    }
-    for (int64_t jx = 0; jx < w; ++jx) dc[g.col_offset + rx[jx]] += acc[jx];
-  }
-}
-
-// The pairs of the term on queries (iRPE's r^Q, Eq. 16), seen from the key:
-// f(j, x) for every key j and each bucket x of b(j, i) of the query i (two
-// buckets in the cross method). `colv` is scratch of w entries.
-template <typename F>
-void visit_qterm_row(int64_t i, const Geometry& g, int64_t* colv, F&& f) {
-  if (g.skip) {  // pairs with a token outside the grid: its bucket(s)
-    const int64_t n = i < g.skip ? g.skip + g.h * g.w : g.skip;
-    for (int64_t j = 0; j < n; ++j) {
-      f(j, g.extra0);
-      if (g.extra1 >= 0) f(j, g.extra1);
-    }
-    if (i < g.skip) return;
-    i -= g.skip;
-  }
-  const int64_t iy = i / g.w, ix = i % g.w, w = g.w;
-  for (int64_t jx = 0; jx < w; ++jx) colv[jx] = g.cols[jx * w + ix];
-  for (int64_t jy = 0; jy < g.h; ++jy) {
-    const int64_t u = g.rows[jy * g.h + iy], j0 = g.skip + jy * w;
-    if (g.product) {
-      for (int64_t jx = 0; jx < w; ++jx) f(j0 + jx, u * g.sx + colv[jx]);
-    } else {
-      for (int64_t jx = 0; jx < w; ++jx) {
-        f(j0 + jx, u);
-        f(j0 + jx, g.col_offset + colv[jx]);
-      }
-    }
-  }
-}
-
-// s[j] += cq_j[b(j, i)] for the query i over all keys j, cq_j the row of
-// the key j (`cq` + j * `stride`; stride 0: one row for every key, a bias
-// table).
-template <typename T>
-void add_qterm_row(T* s, const T* cq, int64_t stride, int64_t i,
-                   const Geometry& g, int64_t* colv) {
-  visit_qterm_row(i, g, colv,
-                  [&](int64_t j, int64_t x) { s[j] += cq[j * stride + x]; });
-}
-
-// Its adjoint: dcq_j[b(j, i)] += dE_ij (`dcq`: rows of `nb` entries, one
-// per key).
-template <typename T>
-void reduce_qterm_row(const T* de, T* dcq, int64_t nb, int64_t i,
-                      const Geometry& g, int64_t* colv) {
-  visit_qterm_row(i, g, colv,
-                  [&](int64_t j, int64_t x) { dcq[j * nb + x] += de[j]; });
 }
 
 // Query rows per block: R * L elements of about `block_elems` (two such
@@ -355,27 +241,6 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k,
   }
 }
 
-// The logits' additions of the query i: the term on keys (with the mask),
-// the mask alone, the term on queries.
-template <typename T>
-struct RowTerms {
-  Strided4<T> k, q, m;
-  bool has_k, has_q, has_m;
-  const Geometry* g;
-
-  void add(T* s, int64_t b, int64_t hd, int64_t i, int64_t length, T* pat,
-           int64_t* colv) const {
-    const T* mr = has_m ? m.row(b, hd, i) : nullptr;
-    if (has_k) {
-      add_term_row<T>(s, k.row(b, hd, i), mr, i, *g, pat);
-    } else if (mr) {
-#pragma omp simd
-      for (int64_t j = 0; j < length; ++j) s[j] += mr[j];
-    }
-    if (has_q) add_qterm_row<T>(s, q.row(b, hd, 0), q.si, i, *g, colv);
-  }
-};
-
 template <typename T>
 RowTerms<T> row_terms(const Terms& terms, const c10::optional<at::Tensor>& mask,
                       const Geometry& g) {
@@ -391,11 +256,11 @@ int64_t pattern_size(const Geometry& g) {
 }
 
 template <typename T>
-void forward_impl(const at::Tensor& q, const at::Tensor& k,
-                  const at::Tensor& v, const c10::optional<at::Tensor>& mask,
-                  const Terms& terms, const Geometry& g, int64_t block_elems,
-                  int64_t min_rows, at::Tensor& out, at::Tensor& lse,
-                  at::Tensor& sums) {
+void forward_impl(const RowKernels<T>& kern, const at::Tensor& q,
+                  const at::Tensor& k, const at::Tensor& v,
+                  const c10::optional<at::Tensor>& mask, const Terms& terms,
+                  const Geometry& g, int64_t block_elems, int64_t min_rows,
+                  at::Tensor& out, at::Tensor& lse, at::Tensor& sums) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2);
   const int64_t rb = block_rows(length, block_elems, min_rows);
   const int64_t nblocks = (length + rb - 1) / rb;
@@ -415,29 +280,9 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k,
       const int64_t r0 = blk * rb, r = std::min(rb, length - r0);
       at::Tensor logits = scratch.narrow(0, 0, r);
       at::mm_out(logits, q[b][hd].narrow(0, r0, r), k[b][hd].t());
-      for (int64_t a = 0; a < r; ++a) {
-        const int64_t i = r0 + a;
-        T* sr = s + a * length;
-        rt.add(sr, b, hd, i, length, pat.data(), colv.data());
-        T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-        for (int64_t j = 0; j < length; ++j) mx = std::max(mx, sr[j]);
-        T sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < length; ++j) {
-          const T e = exp_impl(sr[j] - mx);
-          sr[j] = e;
-          sum += e;
-        }
-        const T inv = T(1) / sum;
-#pragma omp simd
-        for (int64_t j = 0; j < length; ++j) sr[j] *= inv;
-        lse_p[bh * length + i] = mx + std::log(sum);
-        if (sums_p) {  // the term on values: bucket sums of the row (Eq. 17)
-          reduce_term_row<T>(sr, sums_p + (bh * length + i) * nb, i, g,
-                             pat.data());
-        }
-      }
+      // the terms, the mask, the softmax, the bucket sums: the row loops
+      kern.forward({{&rt, b, hd, bh, r0, r, length, pat.data(), colv.data()},
+                    s, lse_p, sums_p, nb});
       at::Tensor o = out[b][hd].narrow(0, r0, r);
       at::mm_out(o, logits, v[b][hd]);
     }
@@ -445,7 +290,7 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k,
 }
 
 template <typename T>
-void backward_impl(const at::Tensor& grad_out,
+void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
                    const c10::optional<at::Tensor>& grad_sums,
                    const at::Tensor& q, const at::Tensor& k,
                    const at::Tensor& v, const at::Tensor& out,
@@ -487,40 +332,19 @@ void backward_impl(const at::Tensor& grad_out,
       T* dvq = terms.q ? dvalues_q[b][hd].data_ptr<T>() : nullptr;
       for (int64_t r0 = 0; r0 < length; r0 += rb) {
         const int64_t r = std::min(rb, length - r0);
+        const mmpe_rows::Block<T> blk{&rt, b, hd, bh, r0, r, length,
+                                      pat.data(), colv.data()};
         at::Tensor pblk = probs.narrow(0, 0, r), dpblk = dprobs.narrow(0, 0, r);
         const at::Tensor go = gob.narrow(0, r0, r);
         at::mm_out(pblk, qb.narrow(0, r0, r), kb.t());
-        for (int64_t a = 0; a < r; ++a) {
-          const int64_t i = r0 + a;
-          T* pr = p + a * length;
-          rt.add(pr, b, hd, i, length, pat.data(), colv.data());
-          const T l = lse_p[bh * length + i];
-#pragma omp simd
-          for (int64_t j = 0; j < length; ++j) pr[j] = exp_impl(pr[j] - l);
-        }
+        kern.probs({blk, p, lse_p});  // P from the saved log-sum-exp
         dvb.addmm_(pblk.t(), go);  // dv += P^T dO
         at::mm_out(dpblk, go, vb.t());  // dP = dO v^T
-        const T* go_p = go.data_ptr<T>();
-        const T* o_p = ob.narrow(0, r0, r).data_ptr<T>();
-        const int64_t go_s = go.stride(0), o_s = ob.stride(0);
-        for (int64_t a = 0; a < r; ++a) {
-          const int64_t i = r0 + a;
-          T* pr = p + a * length;
-          T* dr = dp + a * length;
-          T dot = 0;  // rowsum(dP * P)
-          if (has_gs) {
-            // the term on values: dP_ij += dL/dsums_i[b(i, j)]
-            add_term_row<T>(dr, gs.row(b, hd, i), nullptr, i, g, pat.data());
-#pragma omp simd reduction(+ : dot)
-            for (int64_t j = 0; j < length; ++j) dot += pr[j] * dr[j];
-          } else {  // = dO_i . O_i
-            for (int64_t c = 0; c < dim_v; ++c) dot += go_p[a * go_s + c] * o_p[a * o_s + c];
-          }
-#pragma omp simd
-          for (int64_t j = 0; j < length; ++j) dr[j] = pr[j] * (dr[j] - dot);
-          if (dvk) reduce_term_row<T>(dr, dvk + i * nbk, i, g, pat.data());
-          if (dvq) reduce_qterm_row<T>(dr, dvq, nbq, i, g, colv.data());
-        }
+        const at::Tensor ob_r = ob.narrow(0, r0, r);
+        // dE = P * (dP - rowsum(dP * P)) and the values' gradients
+        kern.grads({blk, p, dp, gs, has_gs, go.data_ptr<T>(),
+                    ob_r.data_ptr<T>(), go.stride(0), ob.stride(0), dim_v,
+                    dvk, dvq, nbk, nbq});
         at::Tensor dqr = dqb.narrow(0, r0, r);
         at::mm_out(dqr, dpblk, kb);                    // dq = dE k
         dkb.addmm_(dpblk.t(), qb.narrow(0, r0, r));    // dk += dE^T q
@@ -547,7 +371,9 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                       bool with_sums, int64_t num_buckets,
                                       at::Tensor rows, at::Tensor cols,
                                       std::vector<int64_t> layout,
-                                      int64_t block_elems, int64_t min_rows) {
+                                      int64_t block_elems, int64_t min_rows,
+                                      const std::string& isa) {
+  const mmpe_rows::KernelTable& table = kernel_table(isa);
   // the kernel is below autograd; intra-op worker threads do not inherit
   // the caller's grad mode, so the products see detached views only
   q = q.detach(), k = k.detach(), v = v.detach();
@@ -561,7 +387,7 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
       ? at::zeros({q.size(0), q.size(1), q.size(2), num_buckets}, q.options())
       : at::empty({0}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_forward", [&] {
-    forward_impl<scalar_t>(q, k, v, mask, terms, g, block_elems, min_rows, out,
+    forward_impl<scalar_t>(row_kernels<scalar_t>(table), q, k, v, mask, terms, g, block_elems, min_rows, out,
                            lse, sums);
   });
   return {out, lse, sums};
@@ -579,7 +405,9 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
                                        at::Tensor cols,
                                        std::vector<int64_t> layout,
                                        int64_t block_elems,
-                                       int64_t min_rows) {
+                                       int64_t min_rows,
+                                       const std::string& isa) {
+  const mmpe_rows::KernelTable& table = kernel_table(isa);
   q = q.detach(), k = k.detach(), v = v.detach();
   out = out.detach(), lse = lse.detach(), grad_out = grad_out.detach();
   detach_all(mask, values_k, values_q, grad_sums);
@@ -596,7 +424,7 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
   at::Tensor dvalues_k = empty_like_or_none(values_k, q);
   at::Tensor dvalues_q = empty_like_or_none(values_q, q);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_backward", [&] {
-    backward_impl<scalar_t>(grad_out, grad_sums, q, k, v, out, lse, mask,
+    backward_impl<scalar_t>(row_kernels<scalar_t>(table), grad_out, grad_sums, q, k, v, out, lse, mask,
                             terms, g, block_elems, min_rows, dq, dk, dv,
                             dvalues_k, dvalues_q);
   });
@@ -609,10 +437,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mmpe's fused CPU attention with per-axis relative terms";
   m.def("fused_forward", &fused_forward,
         "out, lse, sums = fused_forward(q, k, v, mask, values_k, values_q, "
-        "with_sums, num_buckets, rows, cols, layout, block_elems, min_rows); "
-        "layout = [product, sy, sx, col_offset, skip, extra0, extra1]");
+        "with_sums, num_buckets, rows, cols, layout, block_elems, min_rows, "
+        "isa); layout = [product, sy, sx, col_offset, skip, extra0, extra1]");
   m.def("fused_backward", &fused_backward,
         "dq, dk, dv, dvalues_k, dvalues_q = fused_backward(grad_out, "
         "grad_sums, q, k, v, out, lse, mask, values_k, values_q, "
-        "num_buckets, rows, cols, layout, block_elems, min_rows)");
+        "num_buckets, rows, cols, layout, block_elems, min_rows, isa)");
+  m.def("compiled_isas", &compiled_isas,
+        "the row loops' variants in this build, narrowest first");
+  m.def("runnable_isas", &runnable_isas,
+        "the compiled variants this CPU runs (cpuid and OS support), "
+        "narrowest first");
 }

@@ -29,11 +29,17 @@ nothing else. The pair is registered as the ``torch.library`` custom ops
 kernels, autograd registration), so compiled graphs call it as one node.
 The kernel is compiled when mmpe is installed (``setup.py``, as mmcv's
 ops); without it (:func:`fused_unavailable_reason`) the attention core
-runs its other backends.
+runs its other backends. Its row loops are compiled for several
+instruction sets (:data:`KERNEL_ISAS`); each process runs the widest its
+CPU has (:func:`kernel_isa`, logged once), or the one ``MMPE_KERNEL_ISA``
+names, so one build serves every x86-64 CPU.
 """
+import functools
+import os
 from typing import List, Optional, Sequence, Tuple
 
 import torch
+from mmengine.logging import print_log
 from torch import Tensor
 
 from .attention_terms import AxisValues
@@ -57,29 +63,84 @@ BLOCK_ELEMENTS = 2**16
 MIN_BLOCK_ROWS = 32
 
 
+#: The row loops' variants, narrowest first: any CPU (x86-64: SSE2),
+#: AVX2 + FMA, AVX-512 F/BW/VL/DQ (mmpe/csrc/kernel_rows_*.cpp; the last
+#: two on x86-64 builds only)
+KERNEL_ISAS = ('baseline', 'avx2', 'avx512')
+#: The environment variable that forces a variant
+KERNEL_ISA_ENV = 'MMPE_KERNEL_ISA'
+
+
 def fused_unavailable_reason() -> Optional[str]:
     """Why the fused kernel cannot run in this installation, or None."""
     return _EXT_ERROR
+
+
+def runnable_kernel_isas() -> Tuple[str, ...]:
+    """The kernel variants this build has and this CPU runs (cpuid and the
+    OS's support of the registers), narrowest first; empty without the
+    kernel."""
+    return () if _ext is None else tuple(_ext.runnable_isas())
+
+
+def choose_kernel_isa(requested: Optional[str],
+                      runnable: Sequence[str]) -> str:
+    """The variant to run: ``requested`` (a name of :data:`KERNEL_ISAS`)
+    or, when it is None or empty, the last (widest) of ``runnable``.
+
+    Raises:
+        ValueError: ``requested`` is not a variant's name.
+        RuntimeError: This CPU (or build) cannot run ``requested``.
+    """
+    if not requested:
+        return runnable[-1]
+    if requested not in KERNEL_ISAS:
+        raise ValueError(f'{KERNEL_ISA_ENV}={requested!r} is not a kernel '
+                         f'variant; choose one of {", ".join(KERNEL_ISAS)}')
+    if requested not in runnable:
+        raise RuntimeError(
+            f'{KERNEL_ISA_ENV}={requested!r}: this CPU (or this build of '
+            f'mmpe._ext) cannot run that kernel variant; it runs '
+            f'{", ".join(runnable)}')
+    return requested
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_isa() -> str:
+    """The kernel variant this process runs: ``$MMPE_KERNEL_ISA`` if set,
+    else the widest this CPU runs (:func:`choose_kernel_isa`). Chosen at the
+    first call and logged once (MMEngine's current logger)."""
+    if _ext is None:
+        raise RuntimeError(_EXT_ERROR)
+    runnable = runnable_kernel_isas()
+    requested = os.environ.get(KERNEL_ISA_ENV, '').strip()
+    isa = choose_kernel_isa(requested, runnable)
+    how = (f'{KERNEL_ISA_ENV}={requested}' if requested else
+           f'the widest of {", ".join(runnable)} this CPU runs')
+    print_log(f'mmpe fused CPU attention kernel: the {isa} variant ({how})',
+              logger='current')
+    return isa
 
 
 @torch.library.custom_op('mmpe::fused_attention', mutates_args=())
 def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
               values_k: Optional[Tensor], values_q: Optional[Tensor],
               with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
-              layout: List[int], block_elements: int,
-              min_rows: int) -> Tuple[Tensor, Tensor, Tensor]:
+              layout: List[int], block_elements: int, min_rows: int,
+              isa: str) -> Tuple[Tensor, Tensor, Tensor]:
     q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q,
                                            copy_qkv=True)
     out, lse, sums = _ext.fused_forward(q, k, v, mask, vk, vq, with_sums,
                                         num_buckets, rows.contiguous(),
                                         cols.contiguous(), layout,
-                                        block_elements, min_rows)
+                                        block_elements, min_rows,
+                                        isa or kernel_isa())
     return out, lse, sums
 
 
 @_fused_op.register_fake
 def _fused_fake(q, k, v, mask, values_k, values_q, with_sums, num_buckets,
-                rows, cols, layout, block_elements, min_rows):
+                rows, cols, layout, block_elements, min_rows, isa):
     b, h, length, _ = q.shape
     sums = q.new_empty((b, h, length, num_buckets) if with_sums else (0, ))
     return (q.new_empty(b, h, length, v.shape[-1]),
@@ -93,7 +154,8 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                        values_k: Optional[Tensor],
                        values_q: Optional[Tensor], num_buckets: int,
                        rows: Tensor, cols: Tensor, layout: List[int],
-                       block_elements: int, min_rows: int) -> List[Tensor]:
+                       block_elements: int, min_rows: int,
+                       isa: str) -> List[Tensor]:
     # no copies here: they would live beside the saved views through the
     # whole backward (ViT-S, 4,096 tokens: peak 1.64x -> 1.36x of fused
     # attention); the kernel copies one head at a time instead
@@ -105,7 +167,7 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
     dq, dk, dv, dvk, dvq = _ext.fused_backward(
         grad_out, grad_sums, q, k, v, out.contiguous(), lse.contiguous(),
         mask, vk, vq, num_buckets, rows.contiguous(), cols.contiguous(),
-        layout, block_elements, min_rows)
+        layout, block_elements, min_rows, isa or kernel_isa())
     # broadcast values (a bias table) get the sum over their broadcast dims
     dvk, dvq = (d if x is None else d.sum_to_size(x.shape).contiguous()
                 for d, x in ((dvk, values_k), (dvq, values_q)))
@@ -115,7 +177,7 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
 @_fused_backward_op.register_fake
 def _fused_backward_fake(grad_out, grad_sums, q, k, v, out, lse, mask,
                          values_k, values_q, num_buckets, rows, cols, layout,
-                         block_elements, min_rows):
+                         block_elements, min_rows, isa):
     return [x.new_empty(x.shape) for x in (q, k, v)] + [
         q.new_empty((0, )) if x is None else x.new_empty(x.shape)
         for x in (values_k, values_q)
@@ -150,11 +212,11 @@ def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
 
 def _setup_context(ctx, inputs, output) -> None:
     (q, k, v, mask, values_k, values_q, with_sums, num_buckets, rows, cols,
-     layout, block_elements, min_rows) = inputs
+     layout, block_elements, min_rows, isa) = inputs
     out, lse, _ = output
     ctx.save_for_backward(q, k, v, out, lse, mask, values_k, values_q, rows,
                           cols)
-    ctx.args = (num_buckets, layout, block_elements, min_rows)
+    ctx.args = (num_buckets, layout, block_elements, min_rows, isa)
     ctx.with_sums = with_sums
 
 
@@ -168,7 +230,7 @@ def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor],
         grad_out, grad_sums, q, k, v, out, lse, mask, values_k, values_q,
         *ctx.args[:1], rows, cols, *ctx.args[1:])
     return (dq, dk, dv, None, None if values_k is None else dvk,
-            None if values_q is None else dvq) + (None, ) * 7
+            None if values_q is None else dvq) + (None, ) * 8
 
 
 _fused_op.register_autograd(_backward, setup_context=_setup_context)
@@ -192,7 +254,8 @@ def fused_attention(q: Tensor,
                     v: Tensor,
                     mask: Optional[Tensor],
                     terms: Sequence[AxisValues],
-                    block_rows: Optional[int] = None) -> Tensor:
+                    block_rows: Optional[int] = None,
+                    isa: Optional[str] = None) -> Tensor:
     """Attention with per-axis relative terms through the fused kernel.
 
     Args:
@@ -207,6 +270,9 @@ def fused_attention(q: Tensor,
         block_rows (int, optional): Query rows per block; None: about
             :data:`BLOCK_ELEMENTS` logits per block, at least
             :data:`MIN_BLOCK_ROWS` rows.
+        isa (str, optional): The kernel variant to run (one of
+            :func:`runnable_kernel_isas`; tests and benchmarks compare
+            them); None: the process's choice, :func:`kernel_isa`.
 
     Returns:
         Tensor: (B, H, L, dv), differentiable in ``q``, ``k``, ``v`` and
@@ -231,7 +297,7 @@ def fused_attention(q: Tensor,
         kernel_layout(geo),
         # the kernel's rule: max(min_rows, block_elements // L) rows
         *((BLOCK_ELEMENTS, MIN_BLOCK_ROWS) if block_rows is None else
-          (0, block_rows)))
+          (0, block_rows)), isa or '')
     if value_term is not None:  # Eq. 17: z_i += sum_b s_ib r^V_b
         table = value_term.values.to(dtype)  # (H', nb, dv)
         out = out + (sums @ table[0] if table.shape[0] == 1 else

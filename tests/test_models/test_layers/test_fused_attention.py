@@ -285,7 +285,8 @@ def test_custom_ops_pass_opcheck():
     layout = [1, 3, 3, 3, 0, -1, -1]  # product 3 x 3, no skip tokens
     for with_sums in (False, True):
         args = (q.requires_grad_(), k, v, mask, values, values_q, with_sums,
-                9, rows, cols, layout, 0, 5)  # blocks of 5 rows
+                9, rows, cols, layout, 0, 5, '')  # blocks of 5 rows,
+        # the process's kernel variant
         torch.library.opcheck(torch.ops.mmpe.fused_attention.default, args)
         out, lse, sums = torch.ops.mmpe.fused_attention(*args)
         torch.library.opcheck(
@@ -293,7 +294,7 @@ def test_custom_ops_pass_opcheck():
             (torch.randn_like(out),
              torch.randn_like(sums) if with_sums else None, q.detach(), k, v,
              out.detach(), lse.detach(), mask, values.detach(), values_q,
-             9, rows, cols, layout, 0, 5))
+             9, rows, cols, layout, 0, 5, ''))
 
 
 # --------------------------------------------------------- attention core
