@@ -4,6 +4,7 @@ and the batch sampler that skips a resumed epoch's first batches."""
 import multiprocessing
 import os
 import os.path as osp
+import select
 import signal
 import time
 from types import SimpleNamespace
@@ -190,20 +191,37 @@ def test_preemption_hook_records_and_restores_handlers():
 
 
 def _worker(init, ready):
+    # Idle until killed, woken by every signal. Not time.sleep: the kernel
+    # may deliver a process-directed signal to any thread that does not
+    # block it (a spawned worker has torch's threads; the main thread is
+    # passed over while a first signal is still pending on it), and a
+    # Python handler runs only in the main thread, when it next executes
+    # bytecode: a main thread asleep in one long C call would run it only
+    # when the call returns. The wakeup fd is written by the C-level
+    # handler in whichever thread takes the signal, so select returns and
+    # the handlers run. Set before the handlers are installed: no signal
+    # after them is missed.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
     init(0)
     ready.set()
-    time.sleep(600)  # killed by the test long before
+    while True:  # the test kills this process
+        select.select([wake_r], [], [])
+        os.read(wake_r, 64)
 
 
-#: Hang guard only: how long a test waits for an event that, when the code
-#: works, comes as soon as the OS schedules the process.
-HANG_GUARD_S = 300
+#: Hang guard only (never the thing asserted): how long a test waits for an
+#: event that, when the code works, comes as soon as the OS schedules the
+#: processes, so minutes beyond anything a loaded machine takes.
+HANG_GUARD_S = 600
 
 
 def _wait_until(predicate, what):
     deadline = time.monotonic() + HANG_GUARD_S
     while not predicate():
-        assert time.monotonic() < deadline, f'hung: {what}'
+        assert time.monotonic() < deadline, \
+            f'hang guard ({HANG_GUARD_S} s): {what}'
         time.sleep(0.01)
 
 
@@ -230,7 +248,8 @@ def test_workers_ignore_signals_only_while_training(context):
     proc = ctx.Process(target=_worker, args=(worker_init, ready))
     proc.start()
     try:
-        assert ready.wait(HANG_GUARD_S)
+        assert ready.wait(HANG_GUARD_S), \
+            f'hang guard ({HANG_GUARD_S} s): the worker never started'
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             os.kill(proc.pid, sig)
         # the worker records each signal it ignored in shared memory: wait
@@ -242,7 +261,7 @@ def test_workers_ignore_signals_only_while_training(context):
         assert proc.is_alive()  # ignored: the main process still trains
         flag.set(False)  # shared memory: the worker sees it
         proc.terminate()  # what multiprocessing does at exit
-        proc.join(HANG_GUARD_S)
+        proc.join(HANG_GUARD_S)  # hang guard: it ends at once
         assert proc.exitcode == -signal.SIGTERM
         assert worker_init.ignored(0, 'SIGTERM') == 1  # not counted then
     finally:
@@ -292,7 +311,10 @@ class _Runner:
         import logging
         from mmengine.logging import MessageHub
         self.work_dir = work_dir
-        self.message_hub = MessageHub.get_instance('test_atomic_hook')
+        # a hub of its own: MessageHub instances are global by name, and a
+        # shared one would carry keep_ckpt_ids from test to test
+        self.message_hub = MessageHub.get_instance(
+            f'test_atomic_hook:{work_dir}')
         self.logger = logging.getLogger('test_atomic_hook')
         self.seen = []
 
