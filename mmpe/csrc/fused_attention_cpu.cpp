@@ -322,8 +322,8 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
   // (b, h): one task each
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     at::NoGradGuard no_grad;
-    at::Tensor probs = at::empty({rb, length}, dq.options());
-    at::Tensor dprobs = at::empty({rb, length}, dq.options());
+    at::Tensor probs = at::empty({rb, length}, lse.options());
+    at::Tensor dprobs = at::empty({rb, length}, lse.options());
     std::vector<T> pat(pattern_size(g));
     std::vector<int64_t> colv(std::max<int64_t>(1, g.w));
     T* p = probs.data_ptr<T>();
@@ -340,7 +340,12 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
                        kb = k[b][hd].to(ct).contiguous(),
                        vb = v[b][hd].to(ct).contiguous();
       const at::Tensor gob = grad_out[b][hd].to(ct), ob = out[b][hd].to(ct);
-      at::Tensor dkb = dk[b][hd], dvb = dv[b][hd], dqb = dq[b][hd];
+      // bfloat16 / float16: the head's gradients accumulate in float32
+      // buffers of the task, rounded into the outputs when the head is done
+      const bool direct = dq.scalar_type() == ct;
+      at::Tensor dkb = direct ? dk[b][hd] : at::zeros_like(qb),
+                 dvb = direct ? dv[b][hd] : at::zeros_like(vb),
+                 dqb = direct ? dq[b][hd] : at::empty_like(qb);
       T* dvk = terms.k ? dvalues_k[b][hd].data_ptr<T>() : nullptr;
       T* dvq = terms.q ? dvalues_q[b][hd].data_ptr<T>() : nullptr;
       for (int64_t r0 = 0; r0 < length; r0 += rb) {
@@ -361,6 +366,9 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
         at::Tensor dqr = dqb.narrow(0, r0, r);
         at::mm_out(dqr, dpblk, kb);                    // dq = dE k
         dkb.addmm_(dpblk.t(), qb.narrow(0, r0, r));    // dk += dE^T q
+      }
+      if (!direct) {
+        dq[b][hd].copy_(dqb), dk[b][hd].copy_(dkb), dv[b][hd].copy_(dvb);
       }
     }
   });
@@ -434,18 +442,17 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
                   out.is_contiguous() && lse.is_contiguous(),
               "fused attention backward: grad_out / out / lse layout");
   if (grad_sums.has_value()) check_values(*grad_sums, q, g, num_buckets);
-  // bfloat16 / float16: float32 arithmetic and accumulators, the gradients
-  // of q, k, v returned in their dtype
+  // bfloat16 / float16: float32 arithmetic and accumulators (per head), the
+  // gradients of q, k, v in their dtype
   const at::ScalarType ct = compute_type(q.scalar_type());
   TORCH_CHECK(out.scalar_type() == q.scalar_type() &&
                   grad_out.scalar_type() == q.scalar_type() &&
                   lse.scalar_type() == ct,
               "fused attention backward: out and grad_out in the dtype of q, "
               "lse in its compute dtype");
-  const auto opts = q.options().dtype(ct);
-  at::Tensor dq = at::empty(q.sizes(), opts);
-  at::Tensor dk = at::zeros(k.sizes(), opts);
-  at::Tensor dv = at::zeros(v.sizes(), opts);
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::zeros(k.sizes(), k.options());
+  at::Tensor dv = at::zeros(v.sizes(), v.options());
   at::Tensor dvalues_k = empty_like_or_none(values_k, q);
   at::Tensor dvalues_q = empty_like_or_none(values_q, q);
   AT_DISPATCH_FLOATING_TYPES(ct, "mmpe_fused_attention_backward", [&] {
@@ -453,8 +460,7 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
                             terms, g, block_elems, min_rows, dq, dk, dv,
                             dvalues_k, dvalues_q);
   });
-  return {dq.to(q.scalar_type()), dk.to(q.scalar_type()),
-          dv.to(q.scalar_type()), dvalues_k, dvalues_q};
+  return {dq, dk, dv, dvalues_k, dvalues_q};
 }
 
 }  // namespace
