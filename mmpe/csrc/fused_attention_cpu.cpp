@@ -177,13 +177,22 @@ struct Terms {
   bool sums;
 };
 
+// The dtype the kernel computes in for q, k, v of `t`: float32 for bfloat16
+// and float16 (their sums and softmax statistics need its range and
+// precision), else their own.
+at::ScalarType compute_type(at::ScalarType t) {
+  return t == at::kBFloat16 || t == at::kHalf ? at::kFloat : t;
+}
+
 void check_values(const at::Tensor& x, const at::Tensor& q,
                   const Geometry& g, int64_t nb) {
   TORCH_CHECK(x.dim() == 4 && x.stride(3) == 1 && x.size(0) == q.size(0) &&
                   x.size(1) == q.size(1) && x.size(2) == q.size(2) &&
-                  x.size(3) == nb && x.scalar_type() == q.scalar_type(),
+                  x.size(3) == nb &&
+                  x.scalar_type() == compute_type(q.scalar_type()),
               "fused attention: term values must be (B, H, L, buckets) in "
-              "the dtype of q, last dim contiguous");
+              "the compute dtype of q (float32 for bfloat16 / float16), last "
+              "dim contiguous");
 }
 
 void check_inputs(const at::Tensor& q, const at::Tensor& k,
@@ -235,9 +244,10 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k,
     TORCH_CHECK(m.dim() == 4 && m.size(0) == q.size(0) &&
                     m.size(1) == q.size(1) && m.size(2) == length &&
                     m.size(3) == length && m.stride(3) == 1 &&
-                    m.scalar_type() == q.scalar_type(),
+                    m.scalar_type() == compute_type(q.scalar_type()),
                 "fused attention: the mask must be (B, H, L, L) (broadcast "
-                "views allowed), last dim contiguous, in the dtype of q");
+                "views allowed), last dim contiguous, in the compute dtype of "
+                "q");
   }
 }
 
@@ -312,8 +322,8 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
   // (b, h): one task each
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     at::NoGradGuard no_grad;
-    at::Tensor probs = at::empty({rb, length}, q.options());
-    at::Tensor dprobs = at::empty({rb, length}, q.options());
+    at::Tensor probs = at::empty({rb, length}, lse.options());
+    at::Tensor dprobs = at::empty({rb, length}, lse.options());
     std::vector<T> pat(pattern_size(g));
     std::vector<int64_t> colv(std::max<int64_t>(1, g.w));
     T* p = probs.data_ptr<T>();
@@ -324,10 +334,18 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
       // are strided views, read slower by the block products): a task's
       // (L, D) buffers instead of copies of the whole q, k, v that would
       // live through the whole backward
-      const at::Tensor qb = q[b][hd].contiguous(), kb = k[b][hd].contiguous(),
-                       vb = v[b][hd].contiguous();
-      const at::Tensor gob = grad_out[b][hd], ob = out[b][hd];
-      at::Tensor dkb = dk[b][hd], dvb = dv[b][hd], dqb = dq[b][hd];
+      // (bfloat16 / float16 inputs: the head's float32 copies)
+      const at::ScalarType ct = lse.scalar_type();
+      const at::Tensor qb = q[b][hd].to(ct).contiguous(),
+                       kb = k[b][hd].to(ct).contiguous(),
+                       vb = v[b][hd].to(ct).contiguous();
+      const at::Tensor gob = grad_out[b][hd].to(ct), ob = out[b][hd].to(ct);
+      // bfloat16 / float16: the head's gradients accumulate in float32
+      // buffers of the task, rounded into the outputs when the head is done
+      const bool direct = dq.scalar_type() == ct;
+      at::Tensor dkb = direct ? dk[b][hd] : at::zeros_like(qb),
+                 dvb = direct ? dv[b][hd] : at::zeros_like(vb),
+                 dqb = direct ? dq[b][hd] : at::empty_like(qb);
       T* dvk = terms.k ? dvalues_k[b][hd].data_ptr<T>() : nullptr;
       T* dvq = terms.q ? dvalues_q[b][hd].data_ptr<T>() : nullptr;
       for (int64_t r0 = 0; r0 < length; r0 += rb) {
@@ -348,6 +366,9 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
         at::Tensor dqr = dqb.narrow(0, r0, r);
         at::mm_out(dqr, dpblk, kb);                    // dq = dE k
         dkb.addmm_(dpblk.t(), qb.narrow(0, r0, r));    // dk += dE^T q
+      }
+      if (!direct) {
+        dq[b][hd].copy_(dqb), dk[b][hd].copy_(dkb), dv[b][hd].copy_(dvb);
       }
     }
   });
@@ -381,6 +402,9 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
   const Geometry g = geometry(rows, cols, layout);
   const Terms terms{values_k, values_q, with_sums};
   check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);
+  TORCH_CHECK(compute_type(q.scalar_type()) == q.scalar_type(),
+              "fused attention forward: q, k, v in float32 or float64 (the "
+              "caller converts bfloat16 / float16)");
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
   at::Tensor sums = with_sums
@@ -418,12 +442,20 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
                   out.is_contiguous() && lse.is_contiguous(),
               "fused attention backward: grad_out / out / lse layout");
   if (grad_sums.has_value()) check_values(*grad_sums, q, g, num_buckets);
+  // bfloat16 / float16: float32 arithmetic and accumulators (per head), the
+  // gradients of q, k, v in their dtype
+  const at::ScalarType ct = compute_type(q.scalar_type());
+  TORCH_CHECK(out.scalar_type() == q.scalar_type() &&
+                  grad_out.scalar_type() == q.scalar_type() &&
+                  lse.scalar_type() == ct,
+              "fused attention backward: out and grad_out in the dtype of q, "
+              "lse in its compute dtype");
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::zeros(k.sizes(), k.options());
   at::Tensor dv = at::zeros(v.sizes(), v.options());
   at::Tensor dvalues_k = empty_like_or_none(values_k, q);
   at::Tensor dvalues_q = empty_like_or_none(values_q, q);
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_backward", [&] {
+  AT_DISPATCH_FLOATING_TYPES(ct, "mmpe_fused_attention_backward", [&] {
     backward_impl<scalar_t>(row_kernels<scalar_t>(table), grad_out, grad_sums, q, k, v, out, lse, mask,
                             terms, g, block_elems, min_rows, dq, dk, dv,
                             dvalues_k, dvalues_q);

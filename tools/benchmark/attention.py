@@ -783,13 +783,15 @@ def memory_row(spec: dict) -> dict:
     module = call if spec['mode'] == 'eager' else torch.compile(
         call, backend=spec['backend'], dynamic=True)
     row = Row(spec['variant'], module, _long_call, True, False)
-    for _ in range(2):
+    with torch.autocast(device.type, dtype=torch.bfloat16,
+                        enabled=spec.get('amp', False)):
+        for _ in range(2):
+            _clear_grads(row)
+            _run(row, s, 'fwd_bwd')
         _clear_grads(row)
-        _run(row, s, 'fwd_bwd')
-    _clear_grads(row)
-    rss = None if device.type == 'cuda' else rss_peak(
-        lambda: _run(row, s, 'fwd_bwd'))
-    tensors = peak_memory(row, s, 'fwd_bwd', device)
+        rss = None if device.type == 'cuda' else rss_peak(
+            lambda: _run(row, s, 'fwd_bwd'))
+        tensors = peak_memory(row, s, 'fwd_bwd', device)
     return dict(length=length, tensor_peak=tensors, rss_peak=rss)
 
 
@@ -838,7 +840,7 @@ def long_group(length: int, grid: Tuple[int, int], cfg: str,
             spec = dict(length=length, grid=list(grid), cfg=cfg,
                         variant=row.variant, mode=row.mode, batch=batch,
                         pad=args.pad, device=str(device),
-                        backend=args.backend,
+                        backend=args.backend, amp=args.amp,
                         threads=torch.get_num_threads())
             mem = _memory_subprocess(spec)
             row.peak['fwd_bwd'] = mem['tensor_peak']
@@ -946,12 +948,14 @@ def long_main(args: argparse.Namespace) -> dict:
         }, groups=[])
     print(f'torch {torch.__version__} on {device}, '
           f'{torch.get_num_threads()} threads, load average {load}; median '
-          f'of {args.rounds} interleaved rounds')
+          f'of {args.rounds} interleaved rounds'
+          + ('; bf16 autocast' if args.amp else ''))
     grids = args.long_grids or [LONG_GRIDS[n] for n in args.lengths]
     for grid in grids:
         length = grid[0] * grid[1]
         for cfg in args.head_cfgs:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), torch.autocast(
+                    device.type, dtype=torch.bfloat16, enabled=args.amp):
                 warnings.simplefilter('ignore')
                 g = long_group(length, grid, cfg, args, device)
             results['groups'].append(g)
@@ -1051,6 +1055,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     group.add_argument('--explicit-max-length', type=int, default=4096,
                        help='longest L with the explicit row (its (B, H, L, '
                        'L) buffers: 1.6 GB each at 8192, ViT-S, batch 1)')
+    group.add_argument('--amp', action='store_true',
+                       help='run every row under bf16 autocast (as '
+                       'tools/train.py --amp does on CPU)')
     group.add_argument('--long-memory-row', default=None,
                        help=argparse.SUPPRESS)  # internal: one memory row
     args = parser.parse_args(argv)

@@ -32,7 +32,9 @@ ops); without it (:func:`fused_unavailable_reason`) the attention core
 runs its other backends. Its row loops are compiled for several
 instruction sets (:data:`KERNEL_ISAS`); each process runs the widest its
 CPU has (:func:`kernel_isa`, logged once), or the one ``MMPE_KERNEL_ISA``
-names, so one build serves every x86-64 CPU.
+names, so one build serves every x86-64 CPU. bfloat16 and float16 inputs
+(CPU autocast) are computed in float32 (logits, softmax statistics, every
+sum), with the output and the gradients of q, k, v in their dtype.
 """
 import functools
 import os
@@ -51,9 +53,10 @@ except ImportError as e:  # not built (no compiler at install time)
     _ext = None
     _EXT_ERROR = f'the compiled kernel mmpe._ext is not built ({e})'
 
-#: dtypes the kernel computes in (float32 exp is vectorised; float64 for
-#: the tests' tight comparisons)
-FUSED_DTYPES = (torch.float32, torch.float64)
+#: dtypes of q, k, v the kernel takes (float32 exp is vectorised; float64
+#: for the tests' tight comparisons; bfloat16 / float16, e.g. under CPU
+#: autocast, are computed in float32: see :func:`compute_dtype`)
+FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 #: Elements of one block of query rows against all keys (R * L): two such
 #: blocks per thread stay in a 1-2 MB L2 cache (float32) ...
 BLOCK_ELEMENTS = 2**16
@@ -74,6 +77,15 @@ KERNEL_ISA_ENV = 'MMPE_KERNEL_ISA'
 def fused_unavailable_reason() -> Optional[str]:
     """Why the fused kernel cannot run in this installation, or None."""
     return _EXT_ERROR
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernel computes in for q, k, v of ``dtype``: float32
+    for bfloat16 and float16 (the logits, the softmax statistics and every
+    accumulation; the mask and the term values are passed in it), else
+    ``dtype``. Outputs and the gradients of q, k, v are in ``dtype``."""
+    return (torch.float32 if dtype in (torch.bfloat16, torch.float16) else
+            dtype)
 
 
 def runnable_kernel_isas() -> Tuple[str, ...]:
@@ -128,6 +140,7 @@ def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
               with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
               layout: List[int], block_elements: int, min_rows: int,
               isa: str) -> Tuple[Tensor, Tensor, Tensor]:
+    dtype = q.dtype
     q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q,
                                            copy_qkv=True)
     out, lse, sums = _ext.fused_forward(q, k, v, mask, vk, vq, with_sums,
@@ -135,7 +148,9 @@ def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                                         cols.contiguous(), layout,
                                         block_elements, min_rows,
                                         isa or kernel_isa())
-    return out, lse, sums
+    # bfloat16 / float16: the output and the bucket sums rounded once, the
+    # log-sum-exp kept in float32 for the backward
+    return out.to(dtype), lse, sums.to(dtype)
 
 
 @_fused_op.register_fake
@@ -144,7 +159,7 @@ def _fused_fake(q, k, v, mask, values_k, values_q, with_sums, num_buckets,
     b, h, length, _ = q.shape
     sums = q.new_empty((b, h, length, num_buckets) if with_sums else (0, ))
     return (q.new_empty(b, h, length, v.shape[-1]),
-            q.new_empty(b, h, length), sums)
+            q.new_empty(b, h, length, dtype=compute_dtype(q.dtype)), sums)
 
 
 @torch.library.custom_op('mmpe::fused_attention_backward', mutates_args=())
@@ -164,6 +179,8 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
     grad_out, grad_sums = (None if x is None else
                            x if x.stride(-1) == 1 else x.contiguous()
                            for x in (grad_out, grad_sums))
+    if grad_sums is not None:  # (B, H, L, nb), as the values
+        grad_sums = grad_sums.to(compute_dtype(q.dtype))
     dq, dk, dv, dvk, dvq = _ext.fused_backward(
         grad_out, grad_sums, q, k, v, out.contiguous(), lse.contiguous(),
         mask, vk, vq, num_buckets, rows.contiguous(), cols.contiguous(),
@@ -188,13 +205,15 @@ def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                    values_k: Optional[Tensor],
                    values_q: Optional[Tensor], copy_qkv: bool) -> tuple:
     """The kernel's layouts: a contiguous last dim everywhere, and with
-    ``copy_qkv`` contiguous copies of q, k, v (heads split
-    from a fused projection are strided views; the block products read
-    contiguous ones faster: a ViT-S layer at 4,096 tokens 1.30x -> 1.21x the
-    time of fused attention, the copies included); the mask and the values
-    as (B, H, L, .) views of their broadcast forms."""
+    ``copy_qkv`` contiguous copies of q, k, v in the compute dtype (heads
+    split from a fused projection are strided views; the block products
+    read contiguous ones faster: a ViT-S layer at 4,096 tokens 1.30x ->
+    1.21x the time of fused attention, the copies included); the mask and
+    the values as (B, H, L, .) views of their broadcast forms."""
     b, h, length, _ = q.shape
-    q, k, v = (x.contiguous() if copy_qkv or x.stride(-1) != 1 else x
+    compute = compute_dtype(q.dtype)
+    q, k, v = (x.to(compute, memory_format=torch.contiguous_format)
+               if copy_qkv else x.contiguous() if x.stride(-1) != 1 else x
                for x in (q, k, v))
     if mask is not None:
         mask = mask.expand(b, h, length, length)
@@ -260,11 +279,12 @@ def fused_attention(q: Tensor,
 
     Args:
         q (Tensor): Scaled (and rotated) queries (B, H, L, d), ``L = skip
-            + h * w``.
+            + h * w``; a dtype of :data:`FUSED_DTYPES` (bfloat16 / float16
+            computed in float32, the output in the dtype of ``q``).
         k (Tensor): Keys (B, H, L, d).
         v (Tensor): Values (B, H, L, dv).
         mask (Tensor, optional): Additive mask broadcastable to
-            (B, H, L, L), in the dtype of ``q``.
+            (B, H, L, L) (taken in the compute dtype of ``q``).
         terms (list[AxisValues]): At most one term on each of keys,
             queries and values (``on``), on one grid and bucket layout.
         block_rows (int, optional): Query rows per block; None: about
@@ -283,9 +303,10 @@ def fused_attention(q: Tensor,
         raise ValueError(f'fused_attention takes one term per `on`, got '
                          f'{[term.on for term in terms]}')
     dtype = q.dtype
+    compute = compute_dtype(dtype)  # of the mask and the values too
     if mask is not None:
-        mask = _as_4d(mask.to(dtype))
-    values = {on: _as_4d(by_on[on].values.to(dtype))
+        mask = _as_4d(mask.to(compute))
+    values = {on: _as_4d(by_on[on].values.to(compute))
               for on in ('k', 'q') if on in by_on}
     value_term = by_on.get('v')
     num_buckets = (value_term.values.shape[-2] if value_term is not None

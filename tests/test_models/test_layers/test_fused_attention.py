@@ -435,9 +435,12 @@ def test_dropout_and_dtype_fall_back():
     terms = drop.relative_terms(q, None, 3, 4)
     assert 'dropout' in drop._fused_reason(q, terms)
     assert drop.eval()._fused_reason(q, terms) is None
-    half = q.to(torch.bfloat16)
-    assert 'bfloat16' in drop._fused_reason(
-        half, drop.relative_terms(half, None, 3, 4))
+    for half in (torch.bfloat16, torch.float16):  # computed in float32
+        low = q.to(half)
+        assert drop._fused_reason(low, drop.relative_terms(low, None, 3,
+                                                           4)) is None
+    assert 'float8_e4m3fn' in drop._fused_reason(
+        q.to(torch.float8_e4m3fn), terms)
 
 
 def test_auto_rule_on_cpu():
