@@ -2,9 +2,9 @@
 subprocesses, CPU, tiny data, ``num_workers=0``):
 
 * SIGKILL while a checkpoint is being written (the test's own hook makes
-  each checkpoint 256 MiB, so the write takes long enough to be frozen with
-  SIGSTOP in the middle): no file under a checkpoint name is partial at that
-  moment, and ``--resume`` continues and finishes;
+  the write of the second checkpoint stop half way, at a known point, and
+  say so): no file under a checkpoint name is partial at that moment, and
+  ``--resume`` continues and finishes;
 * a truncated newest checkpoint: ``--resume`` names it and why, continues
   from the previous one and finishes, and the bad bytes are kept;
   ``--resume PATH`` of that file stops with status 2 naming path and reason;
@@ -40,23 +40,64 @@ HANG_GUARD_S = 600
 # Hooks of the tests' own configs (imported through custom_imports).
 TEST_HOOKS = r'''
 import os
+import signal
 import time
 
-import torch
 from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 
 
-@HOOKS.register_module()
-class BigPayloadHook(Hook):
-    """Make every checkpoint `mib` MiB larger, so that writing it is slow."""
+class _HalfWrite:
+    """A file opened for writing whose first write stores half of the data,
+    flushes it to disk, creates `stopped`, then waits to be killed."""
 
-    def __init__(self, mib):
-        self.mib = mib
+    def __init__(self, f, stopped):
+        self.f, self.stopped = f, stopped
+
+    def write(self, data):
+        self.f.write(data[:len(data) // 2])
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        with open(self.stopped + '.part', 'w') as out:
+            out.write(self.f.name)
+        os.replace(self.stopped + '.part', self.stopped)  # whole when seen
+        while True:  # the test kills this process (SIGKILL)
+            signal.pause()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+@HOOKS.register_module()
+class StopMidWriteHook(Hook):
+    """Stop the process half way through writing the checkpoint of epoch
+    `epoch`: the next file mmpe's atomic writer opens (that checkpoint's
+    temporary file) gets half of its bytes, then `flag_dir/stopped` names
+    it and the process waits for its SIGKILL. Once: a run that finds
+    `stopped` (the resumed one) writes normally."""
+
+    def __init__(self, epoch, flag_dir):
+        self.epoch, self.flag_dir = epoch, flag_dir
 
     def before_save_checkpoint(self, runner, checkpoint):
-        checkpoint['test_payload'] = torch.ones(self.mib << 20,
-                                                dtype=torch.uint8)
+        stopped = os.path.join(self.flag_dir, 'stopped')
+        if checkpoint['meta']['epoch'] != self.epoch or \
+                os.path.exists(stopped):
+            return
+        from mmpe.engine import atomic_file_backend
+
+        def open_half(path, mode='r', *args, **kwargs):
+            assert mode == 'wb', mode
+            return _HalfWrite(open(path, mode, *args, **kwargs), stopped)
+
+        # a module global shadows the builtin in atomic_write's lookup
+        atomic_file_backend.open = open_half
 
 
 def wait_until(predicate, what, hang_guard_s=600):
@@ -160,55 +201,46 @@ def _pointer(work_dir):
 
 
 def test_sigkill_while_writing_a_checkpoint(tiny_data, tmp_path):
-    config = _write_config(tmp_path, 'big.py',
-                           "dict(type='BigPayloadHook', mib=256)")
+    flags = tmp_path / 'flags'
+    flags.mkdir()
+    config = _write_config(
+        tmp_path, 'stop.py',
+        f"dict(type='StopMidWriteHook', epoch=2, flag_dir={str(flags)!r})")
     work_dir = str(tmp_path / 'run')
     env = _env(tmp_path)
-    proc = subprocess.Popen(
-        _train_cmd(config, work_dir, tiny_data, 2),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True)
+    log = tmp_path / 'train.log'
+    with open(log, 'w') as out:  # a file: a full pipe would block the run
+        proc = subprocess.Popen(
+            _train_cmd(config, work_dir, tiny_data, 2),
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT)
     first = osp.join(work_dir, 'epoch_1.pth')
-    frozen = None
+    stopped = flags / 'stopped'
     try:
+        # the hook writes `stopped` once half of epoch_2's bytes are on disk
         deadline = time.monotonic() + HANG_GUARD_S
-        # wait for epoch_1.pth, complete and named by last_checkpoint
-        while time.monotonic() < deadline and proc.poll() is None:
-            if osp.isfile(osp.join(work_dir, 'last_checkpoint')) and \
-                    _pointer(work_dir) == first:
-                break
+        while not stopped.exists():
+            assert proc.poll() is None, \
+                'the run ended before the checkpoint write stopped: ' + \
+                log.read_text()[-5000:]
+            assert time.monotonic() < deadline, \
+                f'hang guard ({HANG_GUARD_S} s): the write never stopped'
             time.sleep(0.05)
-        full_size = os.stat(first).st_size
-        # then freeze the process while the next checkpoint is half written
-        while time.monotonic() < deadline and proc.poll() is None:
-            with os.scandir(work_dir) as it:
-                for entry in it:
-                    if entry.name == 'epoch_1.pth' or not entry.is_file():
-                        continue
-                    size = entry.stat().st_size
-                    # above any log or pointer, below a whole checkpoint
-                    if (1 << 20) < size < full_size // 2:
-                        os.kill(proc.pid, signal.SIGSTOP)
-                        frozen = (entry.name,
-                                  os.stat(entry.path).st_size)
-                        break
-            if frozen:
-                break
-        assert frozen, 'never saw the second checkpoint being written: ' + \
-            (proc.stderr.read()[-3000:] if proc.poll() is not None else '')
         # the moment of the kill: every file under a checkpoint name loads
         names = _checkpoint_names(work_dir)
         assert names == ['epoch_1.pth']
         for name in names:
             _loads(osp.join(work_dir, name))
         assert _pointer(work_dir) == first
-        partial_name, partial_size = frozen
-        assert partial_name.startswith('.') and partial_size < full_size
+        partial = stopped.read_text()
+        partial_name = osp.basename(partial)
+        assert osp.dirname(partial) == work_dir
+        assert partial_name.startswith('.epoch_2.pth.')
+        assert 0 < os.stat(partial).st_size < os.stat(first).st_size
     finally:
-        proc.kill()  # SIGKILL, also while stopped
+        proc.kill()  # SIGKILL
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     left = os.listdir(work_dir)
@@ -290,8 +322,12 @@ def _start_paused_at_2(tiny_data, tmp_path, env, extra, new_session=False,
     deadline = time.monotonic() + HANG_GUARD_S
     while not (flags / 'reached').exists():
         if proc.poll() is not None or time.monotonic() > deadline:
+            what = (f'ended ({proc.returncode})' if proc.poll() is not None
+                    else f'hang guard ({HANG_GUARD_S} s): never reached '
+                    'iteration 2')
             proc.kill()
-            raise AssertionError(proc.communicate()[1][-3000:])
+            raise AssertionError(f'the run {what}: ' +
+                                 proc.communicate()[1][-3000:])
         time.sleep(0.05)
     return config, part, flags, proc
 
