@@ -3,8 +3,13 @@ config with ``default_scope='mmdet'`` gives the Runner), then mmpe; the data
 set check's cache (``XDG_CACHE_HOME``) in a temporary folder, for the tests
 and the tools they start, never the user's; and the ``timm`` fixture: the
 real timm with the torchvision stand-in of ``tests/timm_stub.py`` (why it
-exists is said there)."""
-import os
+exists is said there); every test starts from the same state of the global
+random generators, whatever ran before it; ``free_port``."""
+import random
+import socket
+
+import numpy as np
+import torch
 
 from mmdet.utils import register_all_modules
 
@@ -19,7 +24,54 @@ from timm_stub import import_timm  # noqa: E402
 
 @pytest.fixture(scope='session', autouse=True)
 def _cache_in_a_temporary_folder(tmp_path_factory):
-    os.environ['XDG_CACHE_HOME'] = str(tmp_path_factory.mktemp('xdg_cache'))
+    with pytest.MonkeyPatch.context() as patch:  # restored after the session
+        patch.setenv('XDG_CACHE_HOME',
+                     str(tmp_path_factory.mktemp('xdg_cache')))
+        yield
+
+
+def _seed_global_generators():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _global_generators_seeded_for_the_session():
+    """Seed 0 before the first fixture or test; the process's states again
+    after the session."""
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    _seed_global_generators()
+    yield
+    random.setstate(saved[0])
+    np.random.set_state(saved[1])
+    torch.set_rng_state(saved[2])
+
+
+@pytest.fixture(autouse=True)
+def _global_generators_seeded_per_test():
+    """random, numpy and torch at seed 0 when a test starts and again when it
+    ends (so also for the module fixtures set up between tests): a test's
+    draws never depend on which tests ran before it, in file order or
+    shuffled. With ``-p randomly``, pytest-randomly then reseeds random and
+    numpy just before the test body from ``--randomly-seed`` and the test's
+    id, also independent of the order; kept (no ``--randomly-dont-reset-
+    seed``), since only the printed seed decides the draws, and a failure
+    replays from it. torch stays at seed 0 in both modes: a shuffled run
+    checks independence of the order, not tolerances on other inputs."""
+    _seed_global_generators()
+    yield
+    _seed_global_generators()
+
+
+@pytest.fixture
+def free_port():
+    """A TCP port on 127.0.0.1 that no process listens on, from the OS
+    (bind to port 0), for a launcher's rendezvous: a fixed port, or one
+    derived from the pid, collides with another job on the machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope='session')

@@ -1,6 +1,7 @@
 """Plain checkpoint contents (mmpe.engine.plain_state) and the hook that
 applies them (PlainCheckpointHook): stock torch.load(weights_only=True)
 opens the result, and decoding gives back equal objects."""
+import contextlib
 import random
 from collections import OrderedDict
 
@@ -123,41 +124,55 @@ def test_unknown_plain_type_raises_naming_choices():
         from_plain({PLAIN_TYPE_KEY: 'Frobnicator'})
 
 
-def test_hook_makes_runner_checkpoint_plain_and_restores_it(tmp_path):
-    hub = MessageHub.get_instance('test_plain_hook')
-    for step in range(4):
-        hub.update_scalar('train/loss', 1.0 / (step + 1))
-    hub.update_scalar('train/lr', np.float64(0.01))
-    hub.update_info('eta', np.float64(12.5))
-    hub.update_info('iter', 4)
-    checkpoint = dict(
-        meta=dict(epoch=1, iter=4),
-        state_dict=OrderedDict(w=torch.randn(2)),
-        message_hub=hub.state_dict())
-    random.seed(1)
-    np.random.seed(1)
-    torch.manual_seed(1)
-    hooks = sorted([PlainCheckpointHook(), RNGStateHook()],
-                   key=lambda h: ['VERY_LOW', 'LOWEST'].index(h.priority))
-    for hook in hooks:  # the Runner's order: by priority
-        hook.before_save_checkpoint(None, checkpoint)
-    want_draws = (random.random(), np.random.rand(), torch.rand(1))
+@contextlib.contextmanager
+def _global_generators_restored():
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
 
-    loaded = _weights_only_round_trip(checkpoint, tmp_path)
-    assert _plain_only(loaded)
-    for hook in hooks:
-        hook.after_load_checkpoint(None, loaded)
-    new_hub = MessageHub.get_instance('test_plain_hook_loaded')
-    new_hub.load_state_dict(loaded['message_hub'])
-    for key in ('train/loss', 'train/lr'):
-        got, want = new_hub.get_scalar(key), hub.get_scalar(key)
-        assert type(got) is HistoryBuffer
-        for g, w in zip(got.data, want.data):
-            np.testing.assert_array_equal(g, w)
-            assert g.dtype == w.dtype
-    eta = new_hub.get_info('eta')
-    assert type(eta) is np.float64 and eta == 12.5
-    assert new_hub.get_info('iter') == 4
-    # RNGStateHook restored the generators: the same draws follow
-    assert (random.random(), np.random.rand()) == want_draws[:2]
-    assert torch.equal(torch.rand(1), want_draws[2])
+
+def test_hook_makes_runner_checkpoint_plain_and_restores_it(tmp_path):
+    # the hook saves and restores the global generators, so the test uses
+    # them; it gives them back as it found them
+    with _global_generators_restored():
+        hub = MessageHub.get_instance('test_plain_hook')
+        for step in range(4):
+            hub.update_scalar('train/loss', 1.0 / (step + 1))
+        hub.update_scalar('train/lr', np.float64(0.01))
+        hub.update_info('eta', np.float64(12.5))
+        hub.update_info('iter', 4)
+        checkpoint = dict(
+            meta=dict(epoch=1, iter=4),
+            state_dict=OrderedDict(w=torch.randn(2)),
+            message_hub=hub.state_dict())
+        random.seed(1)
+        np.random.seed(1)
+        torch.manual_seed(1)
+        hooks = sorted([PlainCheckpointHook(), RNGStateHook()],
+                       key=lambda h: ['VERY_LOW', 'LOWEST'].index(h.priority))
+        for hook in hooks:  # the Runner's order: by priority
+            hook.before_save_checkpoint(None, checkpoint)
+        want_draws = (random.random(), np.random.rand(), torch.rand(1))
+
+        loaded = _weights_only_round_trip(checkpoint, tmp_path)
+        assert _plain_only(loaded)
+        for hook in hooks:
+            hook.after_load_checkpoint(None, loaded)
+        new_hub = MessageHub.get_instance('test_plain_hook_loaded')
+        new_hub.load_state_dict(loaded['message_hub'])
+        for key in ('train/loss', 'train/lr'):
+            got, want = new_hub.get_scalar(key), hub.get_scalar(key)
+            assert type(got) is HistoryBuffer
+            for g, w in zip(got.data, want.data):
+                np.testing.assert_array_equal(g, w)
+                assert g.dtype == w.dtype
+        eta = new_hub.get_info('eta')
+        assert type(eta) is np.float64 and eta == 12.5
+        assert new_hub.get_info('iter') == 4
+        # RNGStateHook restored the generators: the same draws follow
+        assert (random.random(), np.random.rand()) == want_draws[:2]
+        assert torch.equal(torch.rand(1), want_draws[2])

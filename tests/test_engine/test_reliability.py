@@ -111,7 +111,7 @@ def test_bf16_autocast_detector_finite():
 
 
 @pytest.mark.slow
-def test_dist_train_two_processes_then_test(tmp_path):
+def test_dist_train_two_processes_then_test(tmp_path, free_port):
     data_root = str(tmp_path / 'data')
     generate_synthetic_coco(
         data_root, num_train=8, num_val=4, seed=5, min_size=96, max_size=128)
@@ -135,7 +135,7 @@ def test_dist_train_two_processes_then_test(tmp_path):
         os.environ,
         OMP_NUM_THREADS='1',
         PYTHON=sys.executable,
-        PORT=str(29500 + os.getpid() % 1000))
+        PORT=str(free_port))
     proc = subprocess.run([
         'bash', 'tools/dist_train.sh', CONFIG, '2', '--work-dir', work_dir,
         '--cfg-options', *opts

@@ -135,13 +135,13 @@ def test_readme_train_then_test_after_activation(tiny_data, tmp_path):
 
 
 def test_readme_dist_train_two_processes_without_activation(
-        tiny_data, tmp_path):
+        tiny_data, tmp_path, free_port):
     dist = readme_command('bash tools/dist_train.sh ')
     assert dist[3] == '2', dist  # CONFIG 2: two processes
     work_dir = str(tmp_path / 'my_ddp_run')
     cmd = with_work_dir(dist, work_dir) + shrink(tiny_data)
     env = user_env()
-    env['PORT'] = str(29500 + os.getpid() % 1000)
+    env['PORT'] = str(free_port)
     log = run_shell(shlex.join(cmd), env)
     assert 'Distributed training: True' in log or 'world_size: 2' in log, \
         log[-3000:]
