@@ -23,6 +23,9 @@ DEMO_FAST_CONFIG ?= configs/quickstart/conditional-detr_irpe_r18_synthetic.py
 DEMO_FAST_WORK_DIR ?= work_dirs/demo-fast
 DEMO_SEG_CONFIG ?= configs/quickstart/fpn_cpvt-tiny_synthetic-seg.py
 DEMO_SEG_WORK_DIR ?= work_dirs/demo-seg
+# extra pytest arguments, e.g. PYTEST_ARGS='-p randomly' for a shuffled run
+# (file order by default: pytest.ini) and '-p randomly --randomly-seed=N' to
+# replay one (docs/testing.md)
 PYTEST_ARGS ?=
 # one intra-op thread per test process (and the tools the tests start): the
 # suite takes as long as with two on 2 cores, and on a machine busy with other
