@@ -15,6 +15,7 @@ built by mmdet's loop over the samples), not the export wrapper, so the
 wrapper's tensor-op mask and mmpe's encoder inputs are checked against
 mmdet as well as the graph against PyTorch.
 """
+import contextlib
 import os.path as osp
 
 import mmdet
@@ -108,6 +109,18 @@ def _detector_config(key):
     return cfg
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """One intra-op thread for the export (as the sessions run), then the
+    process's setting again: fixtures leave no global state behind."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _images(batch, height, width, shapes, seed=0):
     """Normalised images, zero on padding as mmdet's preprocessor pads."""
     gen = torch.Generator().manual_seed(seed)
@@ -132,19 +145,19 @@ def _samples(img_shapes, batch_shape):
 @pytest.fixture(scope='module', params=list(DETECTORS))
 def exported_detector(request, tmp_path_factory):
     """(detector, onnxruntime session): exported once per module."""
-    torch.set_num_threads(1)
     cfg = _detector_config(request.param)
     # one encoder and one decoder layer: every op of the 3 + 3 of the
     # config, at a fraction of the export time (which grows with the ops)
     cfg.model.encoder.num_layers = cfg.model.decoder.num_layers = 1
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    model.eval()
-    out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
-    images, img_shapes = _images(*EXPORT, [(64, 96), (64, 48)])
-    # optimize=False: faster; the optimised graph is tested end to end
-    export_detector_onnx(model, out, images, img_shapes, optimize=False)
+    with _one_thread(), torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = MODELS.build(cfg.model)
+        model.init_weights()
+        model.eval()
+        out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
+        images, img_shapes = _images(*EXPORT, [(64, 96), (64, 48)])
+        # optimize=False: faster; the optimised graph is tested end to end
+        export_detector_onnx(model, out, images, img_shapes, optimize=False)
     return model, onnxruntime_session(out, num_threads=1)
 
 
@@ -169,21 +182,21 @@ def test_detector_onnxruntime_equals_mmdet_forward(exported_detector, case):
 
 @pytest.fixture(scope='module', params=list(BACKBONES))
 def exported_backbone(request, tmp_path_factory):
-    torch.set_num_threads(1)
     cfg = _config(BACKBONES[request.param])
     cfg.model.backbone.update(BACKBONE_OPTIONS.get(request.param, {}))
-    torch.manual_seed(0)
-    backbone = MODELS.build(cfg.model.backbone)
-    backbone.init_weights()
-    backbone.eval()
-    if request.param in RANDOM_TABLES:
-        with torch.no_grad():
-            for name, param in backbone.named_parameters():
-                if RANDOM_TABLES[request.param] in name:
-                    param.normal_(0, 0.5)
-    out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
-    images, _ = _images(*BACKBONE_CASES['export-size'], None)
-    export_backbone_onnx(backbone, out, images, optimize=False)
+    with _one_thread(), torch.random.fork_rng():
+        torch.manual_seed(0)
+        backbone = MODELS.build(cfg.model.backbone)
+        backbone.init_weights()
+        backbone.eval()
+        if request.param in RANDOM_TABLES:
+            with torch.no_grad():
+                for name, param in backbone.named_parameters():
+                    if RANDOM_TABLES[request.param] in name:
+                        param.normal_(0, 0.5)
+        out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
+        images, _ = _images(*BACKBONE_CASES['export-size'], None)
+        export_backbone_onnx(backbone, out, images, optimize=False)
     return backbone, onnxruntime_session(out, num_threads=1)
 
 
