@@ -129,10 +129,11 @@ def attention_forward(qs: Tensor,
 
     Args:
         qs (Tensor): Scaled (and rotated) queries (B, H, L, d).
-        k (Tensor): Keys (B, H, L, d).
-        v (Tensor): Values (B, H, L, dv).
+        k (Tensor): Keys (B, H, L_k, d); L_k = L in self-attention,
+            any in cross-attention (blocks of logits are (B, H, R, L_k)).
+        v (Tensor): Values (B, H, L_k, dv).
         mask (Tensor, optional): Additive mask broadcastable to
-            (B, H, L, L).
+            (B, H, L, L_k).
         terms (list[RelativeTerm]): Relative terms.
         chunk_size (int): Query rows per chunk (0: automatic).
         save_probs (bool): One chunk, and return the probabilities.
@@ -338,7 +339,7 @@ def relative_attention(qs: Tensor,
 
     Args:
         qs (Tensor): Scaled (and rotated) queries (B, H, L, d).
-        k (Tensor): Keys (B, H, L, d).
+        k (Tensor): Keys (B, H, L_k, d) (L_k = L in self-attention).
         v (Tensor): Values (B, H, L, dv).
         mask (Tensor, optional): Additive mask broadcastable to
             (B, H, L, L), in the dtype of ``qs``.
