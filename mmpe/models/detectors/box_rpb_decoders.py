@@ -166,7 +166,10 @@ class BoxRPBDABDecoder(BoxRPBDecoderMixin, DABDetrTransformerDecoder):
                 torch.stack(intermediate),
                 torch.stack(intermediate_reference_points)
             ]
-        return [output.unsqueeze(0), torch.stack(intermediate_reference_points)]
+        return [
+            output.unsqueeze(0),
+            torch.stack(intermediate_reference_points)
+        ]
 
 
 class BoxRPBConditionalDecoder(BoxRPBDecoderMixin,

@@ -162,8 +162,10 @@ class BiasedConditionalAttention(ConditionalAttention):
             q, k = q_content, k_content
         sine = self.qpos_sine_proj(ref_sine_embed)
         # per head: content then spatial part, (bs, n, H, 2d) -> (bs, H, n, 2d)
-        q = torch.cat([q.view(bs, nq, heads, c // heads),
-                       sine.view(bs, nq, heads, c // heads)], 3).transpose(1, 2)
+        q = torch.cat([
+            q.view(bs, nq, heads, c // heads),
+            sine.view(bs, nq, heads, c // heads)
+        ], 3).transpose(1, 2)
         k = torch.cat([k.view(bs, hw, heads, c // heads),
                        k_pos.view(bs, hw, heads, c // heads)],
                       3).transpose(1, 2)

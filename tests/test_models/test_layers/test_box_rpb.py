@@ -210,7 +210,8 @@ def test_chunked_keeps_no_query_by_key_tensor_for_backward():
 
 
 def test_bad_arguments_name_the_choices():
-    with pytest.raises(ValueError, match=r"`mode` 'boxes'.*\('box', 'point'\)"):
+    with pytest.raises(ValueError,
+                       match=r"`mode` 'boxes'.*\('box', 'point'\)"):
         BoxRPB(2, mode='boxes')
     with pytest.raises(ValueError, match=r"`offsets` 'log'.*'linear', 'log8'"):
         BoxRPB(2, offsets='log')
