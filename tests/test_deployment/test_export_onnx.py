@@ -1,7 +1,8 @@
 """ONNX export (PyTorch's dynamo exporter, dynamic batch / height / width):
 onnxruntime equals PyTorch for the quick-start DETR-family detectors with
 mmpe's encoder position encodings (iRPE in DETR / Conditional DETR /
-DAB-DETR, RoPE-Mixed with integer or normalised coordinates), a
+DAB-DETR, RoPE-Mixed with integer or normalised coordinates; BoxRPB in the
+decoders of DAB-DETR and Conditional DETR), a
 padding-aware DETR with the CPVT backbone, and
 the CPVT / DeiT-iRPE / windowed (ViTDet) CPVT backbones alone (PEG, iRPE,
 RoPE-Mixed, ViTDet's learnable table + decomposed relative position), at the
@@ -37,6 +38,10 @@ DETECTORS = {
     'detr-irpe': 'detr_irpe_r18_synthetic.py',
     'conditional-detr-irpe': 'conditional-detr_irpe_r18_synthetic.py',
     'dab-detr-irpe': 'dab-detr_irpe_r18_synthetic.py',
+    # BoxRPB in the decoder (decoder_pe): the memory grid and each image's
+    # valid extent (from the mask built from `img_shapes`) in the graph
+    'dab-detr-box-rpb': 'dab-detr_box-rpb_r18_synthetic.py',
+    'conditional-detr-point-rpb': 'conditional-detr_point-rpb_r18_synthetic.py',
     'detr-rope-mixed': 'detr_rope-mixed_r18_synthetic.py',
     # DINOv3's normalised coordinates: each image's valid extent read from
     # the padding mask that the graph builds from `img_shapes`
@@ -153,6 +158,11 @@ def exported_detector(request, tmp_path_factory):
         torch.manual_seed(0)
         model = MODELS.build(cfg.model)
         model.init_weights()
+        if cfg.model.get('decoder_pe'):
+            # BoxRPB's MLPs at a trained size (their init, std 0.02, moves
+            # the outputs by ~1e-3 only)
+            for p in model.decoder.box_rpb.parameters():
+                p.data.normal_(std=0.3)
         model.eval()
         out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
         images, img_shapes = _images(*EXPORT, [(64, 96), (64, 48)])

@@ -1,5 +1,7 @@
+from .box_rpb_decoders import BoxRPBConditionalDecoder, BoxRPBDABDecoder
 from .conditional_detr_irpe import iRPEConditionalDETR
 from .dab_detr_irpe import iRPEDABDETR
+from .decoder_pe_mixin import DecoderPEMixin
 from .detr_irpe import iRPEDETR
 from .irpe_encoder_mixin import iRPEEncoderMixin
 from .irpe_encoders import (iRPEDABDetrTransformerEncoder,
@@ -13,5 +15,6 @@ __all__ = [
     'PaddingAwareRetinaNet',
     'iRPEDETR', 'iRPEDetrTransformerEncoder', 'iRPEDetrTransformerEncoderLayer',
     'iRPEConditionalDETR', 'iRPEDABDETR', 'iRPEEncoderMixin',
-    'iRPEDABDetrTransformerEncoder'
+    'iRPEDABDetrTransformerEncoder', 'BoxRPBConditionalDecoder',
+    'BoxRPBDABDecoder', 'DecoderPEMixin'
 ]

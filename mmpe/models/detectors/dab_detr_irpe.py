@@ -5,15 +5,17 @@ Liu et al., "DAB-DETR: Dynamic Anchor Boxes are Better Queries for DETR"
 sine encoding of each token scaled by an MLP of the token before every layer.
 The iRPE terms of Wu et al. (ICCV 2021, Eq. 13-17) go into that
 self-attention, as the iRPE paper does for DETR (Sec. 4.4); the
-anchor-box decoder is mmdet's, unchanged.
+anchor-box decoder is mmdet's, unchanged unless ``decoder_pe`` adds the
+box-to-pixel relative position bias (Lin et al., ICCV 2023).
 """
 from mmdet.models.detectors import DABDETR
 from mmdet.registry import MODELS
+from .decoder_pe_mixin import DecoderPEMixin
 from .irpe_encoder_mixin import iRPEEncoderMixin
 
 
 @MODELS.register_module()
-class iRPEDABDETR(iRPEEncoderMixin, DABDETR):
+class iRPEDABDETR(DecoderPEMixin, iRPEEncoderMixin, DABDETR):
     """DAB-DETR whose encoder self-attention layers use iRPE.
 
     Same arguments as mmdet's :class:`~mmdet.models.DABDETR`, with
@@ -23,4 +25,8 @@ class iRPEDABDETR(iRPEEncoderMixin, DABDETR):
     :class:`iRPEDABDetrTransformerEncoder` (DAB-DETR's position scaling
     kept). A DABDETR state dict loads with only the RPE tables missing; with
     zero tables the outputs are DABDETR's.
+
+    ``decoder_pe`` puts the box-to-pixel relative position bias into the
+    decoder's cross-attention (:class:`DecoderPEMixin`); None (the
+    default) keeps mmdet's decoder.
     """

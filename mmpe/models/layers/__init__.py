@@ -1,5 +1,7 @@
 from .attention_terms import RelativeTerm, register_term
+from .box_rpb import AxisBiasTerm, BoxRPB
 from .cache import BoundedCache, CacheInfo
+from .cross_attention import BiasedConditionalAttention, CrossPEAttention
 from .irpe import iRPE
 from .irpe_attention import iRPEMultiheadAttention
 from .irpe_index import (axis_bucket_tables, clip_index, get_bucket_ids_2d,
@@ -30,5 +32,6 @@ __all__ = [
     'resize_rel_pos',
     'merge_windows',
     'partition_grid', 'unpartition_grid', 'window_grid', 'window_key_mask',
-    'window_table', 'window_tokens'
+    'window_table', 'window_tokens', 'AxisBiasTerm', 'BoxRPB',
+    'BiasedConditionalAttention', 'CrossPEAttention'
 ]

@@ -129,10 +129,11 @@ def attention_forward(qs: Tensor,
 
     Args:
         qs (Tensor): Scaled (and rotated) queries (B, H, L, d).
-        k (Tensor): Keys (B, H, L, d).
-        v (Tensor): Values (B, H, L, dv).
+        k (Tensor): Keys (B, H, L_k, d); L_k = L in self-attention,
+            any in cross-attention (blocks of logits are (B, H, R, L_k)).
+        v (Tensor): Values (B, H, L_k, dv).
         mask (Tensor, optional): Additive mask broadcastable to
-            (B, H, L, L).
+            (B, H, L, L_k).
         terms (list[RelativeTerm]): Relative terms.
         chunk_size (int): Query rows per chunk (0: automatic).
         save_probs (bool): One chunk, and return the probabilities.
@@ -147,6 +148,7 @@ def attention_forward(qs: Tensor,
     logit_terms, value_terms = split_terms(terms)
     dropout = dropout or ChunkDropout(0.0, None, qs.device)
     b, h, length, _ = qs.shape
+    keys = k.shape[2]  # = length in self-attention
     if save_probs:
         probs = attention_probs(qs, k, logit_terms, mask)
         dropped = probs
@@ -156,13 +158,13 @@ def attention_forward(qs: Tensor,
         for term in value_terms:
             out.add_(term.out_rows(dropped, None))
         return out, probs
-    rows = chunk_rows(b * h, length, chunk_size)
+    rows = min(length, chunk_rows(b * h, keys, chunk_size))
     out = qs.new_empty(b, h, length, v.shape[-1])
-    scratch = _buffer(qs, b * h * rows * length)
+    scratch = _buffer(qs, b * h * rows * keys)
     scratch_keep = _buffer(qs, 0 if dropout.gen is None else scratch.numel())
     for start, stop in _bounds(length, rows):
-        span, numel = (start, stop), b * h * (stop - start) * length
-        logits = scratch[:numel].view(b, h, stop - start, length)
+        span, numel = (start, stop), b * h * (stop - start) * keys
+        logits = scratch[:numel].view(b, h, stop - start, keys)
         probs = attention_probs(qs[:, :, start:stop], k, logit_terms, mask,
                                 span, out=logits)
         keep = dropout.scale(probs, scratch_keep[:numel])
@@ -203,18 +205,20 @@ def attention_backward(grad_out: Tensor,
     logit_terms, value_terms = split_terms(terms)
     dropout = dropout or ChunkDropout(0.0, None, qs.device)
     b, h, length, d = qs.shape
+    keys = k.shape[2]  # = length in self-attention
     n = b * h
     dqs = qs.new_empty(qs.shape)
     dk, dv = k.new_zeros(k.shape), v.new_zeros(v.shape)
     grads = {id(t): [x.new_zeros(x.shape) for x in t.tensors] for t in terms}
     for term in value_terms:
         term.begin_backward(grad_out)
-    rows = length if probs is not None else chunk_rows(n, length, chunk_size)
-    scratch_p = None if probs is not None else _buffer(qs, n * rows * length)
-    scratch_dp = _buffer(qs, n * rows * length)
+    rows = length if probs is not None else min(
+        length, chunk_rows(n, keys, chunk_size))
+    scratch_p = None if probs is not None else _buffer(qs, n * rows * keys)
+    scratch_dp = _buffer(qs, n * rows * keys)
     # dropout: the masks and the dropped probabilities of a chunk
     scratch_keep, scratch_pd = (_buffer(
-        qs, 0 if dropout.gen is None else n * rows * length)
+        qs, 0 if dropout.gen is None else n * rows * keys)
                                 for _ in range(2))
     for start, stop in _bounds(length, rows):
         span, r = (start, stop), stop - start
@@ -224,15 +228,15 @@ def attention_backward(grad_out: Tensor,
         else:
             p = attention_probs(
                 q_rows, k, logit_terms, mask, span,
-                out=scratch_p[:n * r * length].view(b, h, r, length))
-        numel = n * r * length
+                out=scratch_p[:n * r * keys].view(b, h, r, keys))
+        numel = n * r * keys
         keep = dropout.scale(p, scratch_keep[:numel])
         # the probabilities that met v: dropped ones with dropout
         pd = p if keep is None else torch.mul(
             p, keep, out=scratch_pd[:numel].view(p.shape))
         go = grad_out[:, :, start:stop]  # (B, H, R, dv), any strides
         # dP = dO v^T (+ the value terms' share), (B, H, R, L)
-        dp = scratch_dp[:numel].view(b, h, r, length)
+        dp = scratch_dp[:numel].view(b, h, r, keys)
         for i in range(b):
             torch.bmm(go[i], v[i].transpose(-2, -1), out=dp[i])
             dv[i].baddbmm_(pd[i].transpose(-2, -1), go[i])
@@ -272,7 +276,7 @@ def _attention_fake(qs, k, v, mask, tensors, terms, height, width,
                     chunk_size, save_probs, dropout_p, seed):
     b, h, length, _ = qs.shape
     out = qs.new_empty(b, h, length, v.shape[-1])
-    probs = qs.new_empty((b, h, length, length) if save_probs else (0, ))
+    probs = qs.new_empty((b, h, length, k.shape[2]) if save_probs else (0, ))
     return out, probs
 
 
@@ -335,7 +339,7 @@ def relative_attention(qs: Tensor,
 
     Args:
         qs (Tensor): Scaled (and rotated) queries (B, H, L, d).
-        k (Tensor): Keys (B, H, L, d).
+        k (Tensor): Keys (B, H, L_k, d) (L_k = L in self-attention).
         v (Tensor): Values (B, H, L, dv).
         mask (Tensor, optional): Additive mask broadcastable to
             (B, H, L, L), in the dtype of ``qs``.

@@ -231,7 +231,8 @@ class PEAttention(BaseModule):
                spatial_shape: Optional[Sequence[int]] = None,
                key_padding_mask: Optional[Tensor] = None,
                attn_mask: Optional[Tensor] = None,
-               rope: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+               rope: Optional[Tuple[Tensor, Tensor]] = None,
+               terms: Sequence[RelativeTerm] = ()) -> Tensor:
         """Attention of projected tokens (module docstring's equation).
 
         Args:
@@ -253,12 +254,16 @@ class PEAttention(BaseModule):
                 coordinates of padded images): ``(B, 1, h * w,
                 head_dims)`` or ``(B, H, h * w, head_dims)``; see
                 :func:`apply_rope2d`.
+            terms (list[RelativeTerm]): Logit terms of this call built by
+                the caller, added after the module's own (e.g. a decoder's
+                box-to-pixel bias, :class:`~mmpe.models.layers.BoxRPB`).
+                Defaults to ().
 
         Returns:
             Tensor: (B, H, L, head_dims).
         """
         height = width = 0
-        has_terms = self.has_relative_terms
+        has_terms = self.has_relative_terms or bool(terms)
         if has_terms:
             height, width = self._check_grid(q, k, spatial_shape)
         if rope is not None and self.rel_pos is not None:
@@ -291,7 +296,7 @@ class PEAttention(BaseModule):
         # one tensor, kept once for the backward
         qs = terms_qk[0] * scale
         ks = terms_qk[1] * scale if self.rpe_q is not None else None
-        terms = self.relative_terms(qs, ks, height, width)
+        terms = self.relative_terms(qs, ks, height, width) + list(terms)
         needs_grad = torch.is_grad_enabled() and any(
             x.requires_grad for term in terms for x in term.tensors)
         flex_ok = (q.device.type == 'cuda' and rope is None
