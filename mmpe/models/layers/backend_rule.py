@@ -49,7 +49,7 @@ class AttentionCall:
     """What the rule reads of one call: sizes and modes, not tensors.
 
     Args:
-        length (int): Tokens ``L``.
+        length (int): Tokens ``L`` (queries).
         needs_grad (bool): Whether a gradient flows into the relative terms.
         values_term (bool): iRPE on values (needs the probabilities).
         device_type (str): ``'cpu'``, ``'cuda'``...
@@ -60,6 +60,8 @@ class AttentionCall:
         logit_terms (int): Relative terms added to the logits.
         dropout (bool): Attention dropout in this call.
         chunk_size (int): The module's ``chunk_size`` (0: automatic).
+        keys (int): Keys ``S`` of a cross-attention (0: ``L``, a
+            self-attention); the square tensors are ``(B, H, L, S)``.
     """
     length: int
     needs_grad: bool
@@ -72,17 +74,25 @@ class AttentionCall:
     logit_terms: int = 1
     dropout: bool = False
     chunk_size: int = 0
+    keys: int = 0
+
+    @property
+    def key_count(self):
+        """``S``: the keys of the call."""
+        return self.keys or self.length
 
     @classmethod
     def of(cls, q: torch.Tensor, needs_grad: bool, terms: Sequence,
-           dropout: bool, chunk_size: int = 0) -> 'AttentionCall':
-        """The call of queries ``q`` (B, H, L, d) with relative ``terms``
+           dropout: bool, chunk_size: int = 0,
+           keys: int = 0) -> 'AttentionCall':
+        """The call of queries ``q`` (B, H, L, d) against ``keys`` keys
+        (0: ``L``) with relative ``terms``
         (:class:`~mmpe.models.layers.attention_terms.RelativeTerm`)."""
         logits, values = split_terms(terms)
         batch, heads, length, head_dim = q.shape
         return cls(length, needs_grad, bool(values), q.device.type, batch,
                    heads, head_dim, q.element_size(), len(logits), dropout,
-                   chunk_size)
+                   chunk_size, keys)
 
 
 def memory_estimate(backend: str, call: AttentionCall) -> int:
@@ -113,7 +123,7 @@ def memory_estimate(backend: str, call: AttentionCall) -> int:
         int: Bytes.
     """
     bh, length, item = call.batch * call.heads, call.length, call.itemsize
-    square = bh * length * length
+    square = bh * length * call.key_count
     if backend == 'explicit':
         if not call.needs_grad:
             return 2 * square * item
@@ -124,8 +134,8 @@ def memory_estimate(backend: str, call: AttentionCall) -> int:
         dense = 2 if call.logit_terms > 1 else 1
         return (dense + int(call.needs_grad)) * square * item
     if backend == 'chunked':
-        rows = chunk_rows(bh, length, call.chunk_size)
-        return (4 if call.dropout else 2) * bh * rows * length * item
+        rows = min(length, chunk_rows(bh, call.key_count, call.chunk_size))
+        return (4 if call.dropout else 2) * bh * rows * call.key_count * item
     if backend == 'flex':
         padded = padded_length(length)
         copies = 8 if call.needs_grad else 4
@@ -163,7 +173,9 @@ def auto_backend(call: AttentionCall,
     dense = 'explicit' if call.values_term or call.needs_grad else 'sdpa'
     bounded = 'flex' if flex_ok and not call.values_term else 'chunked'
     if call.device_type != 'cuda' or free_bytes is None:
-        if dense == 'sdpa' or call.length < AUTO_CHUNKED_FROM:
+        # a cross-attention: the (L, S) tensor of a self-attention's size
+        if (dense == 'sdpa'
+                or call.length * call.key_count < AUTO_CHUNKED_FROM**2):
             return dense
         return bounded
     if memory_estimate(dense, call) <= fraction * free_bytes:

@@ -308,7 +308,7 @@ class PEAttention(BaseModule):
             self._warn_once(f"{type(self).__name__} attn_impl='fused' falls "
                             f'back to the chunked backend: {fused_reason}')
         call = AttentionCall.of(q, needs_grad, terms, self._dropout_p() > 0,
-                                self.chunk_size or 0)
+                                self.chunk_size or 0, k.shape[2])
         backend = self.select_backend(
             q.shape[2], needs_grad, flex_ok, impl, fused_reason is None, call,
             cuda_free_bytes(q.device) if impl == 'auto' else None)

@@ -55,6 +55,22 @@ def test_cuda_rule_detr_recipe_keeps_explicit_on_a_large_gpu():
     assert auto_backend(call, True, free_bytes=edge - 8) == 'flex'
 
 
+def test_cross_attention_counts_queries_times_keys():
+    """A DETR decoder's cross-attention (BoxRPB): 300 queries against a
+    34 x 34 grid; the square tensors are (B, H, Q, S), not (B, H, Q, Q),
+    and the CPU threshold is on the size of that tensor (a self-attention
+    of AUTO_CHUNKED_FROM tokens)."""
+    cross = _cuda(**dict(DETR, length=300, keys=34 * 34))
+    assert cross.key_count == 34 * 34
+    assert memory_estimate('explicit', cross) == 3 * 16 * 300 * 1156 * 4
+    assert memory_estimate('sdpa', cross) == 2 * 16 * 300 * 1156 * 4
+    assert AttentionCall(300, True).key_count == 300  # self-attention
+    few = AttentionCall(10, True, keys=AUTO_CHUNKED_FROM * 50)
+    many = AttentionCall(AUTO_CHUNKED_FROM, True, keys=AUTO_CHUNKED_FROM)
+    assert auto_backend(few) == 'explicit'  # 10 x 51200 < 1024^2
+    assert auto_backend(many) == 'chunked'
+
+
 def test_cuda_rule_vit_b_global_attention_by_gpu_size():
     # 3 * 2 * 12 * 4096^2 * 4 bytes = 4.5 GiB at the backward's peak
     call = _cuda(**VITB)
