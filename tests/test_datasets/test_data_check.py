@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 import pycocotools.mask as mask_utils
 import pytest
+import torch
 from mmengine.config import Config
 from mmengine.registry import DATASETS
 from PIL import Image
@@ -375,6 +376,23 @@ def test_a_clean_set_and_the_cache(coco_set, tmp_path):
         for p in result.problems:
             assert p.index is not None and paths[p.index] == p.file
     assert fifth.num_read == 0
+
+
+@pytest.mark.parametrize('workers', [0, 2])
+def test_reading_leaves_the_global_generators_alone(coco_set, tmp_path,
+                                                    workers):
+    """A check that reads files (cold cache) and one that reads none (warm
+    cache) leave torch's default generator where they found it: the hook
+    runs before training, so otherwise a resumed run (warm cache) would
+    continue another random stream than the uninterrupted one."""
+    options = CheckOptions(cache_dir=str(tmp_path / 'cache'),
+                           num_workers=workers)
+    for expect_read in (10, 0):
+        torch.manual_seed(0)
+        before = torch.get_rng_state()
+        result = check_dataset(_dataset(coco_set), 'train set', options)
+        assert result.num_read == expect_read
+        assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_progress_in_a_log_is_a_line_at_every_tenth(coco_set, monkeypatch):

@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from mmengine.dist import (all_gather_object, broadcast_object_list,
                            get_dist_info)
 from mmengine.logging import print_log
+import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .coco_annotations import check_coco
@@ -323,9 +324,12 @@ def _read(tasks, num_workers: int, progress: bool) -> List[dict]:
     """Read ``tasks`` in order, ``num_workers`` processes."""
     if not tasks:
         return []
+    # a generator of its own: a loader draws its workers' base seed from the
+    # default one, and what the check reads depends on the cache, so the
+    # training's random stream (and a resumed run's) would depend on it too
     loader = DataLoader(_FileReads(tasks), batch_size=FILES_PER_BATCH,
                         num_workers=min(num_workers, len(tasks)),
-                        collate_fn=_as_list)
+                        collate_fn=_as_list, generator=torch.Generator())
     shown = _Progress(len(tasks)) if progress and \
         len(tasks) >= PROGRESS_MIN_FILES else None
     results = []
