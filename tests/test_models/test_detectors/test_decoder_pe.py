@@ -18,6 +18,8 @@ from config_steps import detection_train_step
 from mmpe.models.detectors import BoxRPBConditionalDecoder, BoxRPBDABDecoder
 from mmpe.models.layers import BiasedConditionalAttention, BoxRPB
 
+from feature_samples import feature_samples
+
 ROOT = osp.join(osp.dirname(__file__), '..', '..', '..')
 QUICK = osp.join(ROOT, 'configs', 'quickstart')
 # config with the bias -> (mmdet detector, biased decoder class)
@@ -68,13 +70,7 @@ def _decoder_inputs(model, feat, img_shapes, stride=8):
     """Encoder and decoder inputs from fixed neck features (bs, dim, h, w)
     of images whose feature sizes are ``img_shapes``."""
     _, _, h, w = feat.shape
-    samples = [
-        DetDataSample(
-            metainfo=dict(
-                img_shape=(ih * stride, iw * stride),
-                batch_input_shape=(h * stride, w * stride)))
-        for ih, iw in img_shapes
-    ]
+    samples = feature_samples(feat, img_shapes, stride)
     enc, dec = model.pre_transformer((feat, ), samples)
     return enc, dec
 

@@ -20,6 +20,8 @@ import mmpe  # noqa: F401
 from mmpe.models.detectors import iRPEEncoderMixin
 from mmpe.models.layers.irpe import iRPE
 
+from feature_samples import feature_samples
+
 ROOT = osp.join(osp.dirname(__file__), '..', '..', '..')
 QUICK = osp.join(ROOT, 'configs', 'quickstart')
 # iRPE config -> the mmdet detector it extends
@@ -175,13 +177,7 @@ def _encode(model, feat, img_shapes, stride=8):
         Tensor: (bs, h, w, dim) encoder output.
     """
     bs, dim, h, w = feat.shape
-    samples = [
-        DetDataSample(
-            metainfo=dict(
-                img_shape=(ih * stride, iw * stride),
-                batch_input_shape=(h * stride, w * stride)))
-        for ih, iw in img_shapes
-    ]
+    samples = feature_samples(feat, img_shapes, stride)
     enc_inputs, _ = model.pre_transformer((feat, ), samples)
     assert enc_inputs['spatial_shape'] == (h, w)
     memory = model.forward_encoder(**enc_inputs)['memory']

@@ -25,6 +25,8 @@ from mmpe.models.layers import iRPEMultiheadAttention
 from mmpe.models.layers.irpe import iRPE
 from mmpe.models.layers.rope_mixed import RoPEMixed
 
+from feature_samples import feature_samples
+
 ROOT = osp.join(osp.dirname(__file__), '..', '..', '..')
 QUICK = osp.join(ROOT, 'configs', 'quickstart')
 # quick-start config -> the mmdet detector it extends
@@ -281,13 +283,7 @@ def test_rotary_scores_depend_on_the_offset_only(relative):
 # ---------------------------------------------------------------------------
 def _inputs(model, feat, img_shapes, stride=8):
     bs, _, h, w = feat.shape
-    samples = [
-        DetDataSample(
-            metainfo=dict(
-                img_shape=(ih * stride, iw * stride),
-                batch_input_shape=(h * stride, w * stride)))
-        for ih, iw in img_shapes
-    ]
+    samples = feature_samples(feat, img_shapes, stride)
     return model.pre_transformer((feat, ), samples)
 
 
