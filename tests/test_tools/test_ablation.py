@@ -11,7 +11,7 @@ import torch
 from mmdet.registry import MODELS
 from mmengine.config import Config, DictAction
 
-from mmpe.models.layers.irpe import iRPE
+from mmpe.models.layers import BoxRPB, iRPE
 
 ROOT = osp.join(osp.dirname(__file__), '..', '..')
 spec = importlib.util.spec_from_file_location(
@@ -100,6 +100,21 @@ def test_row_builds_what_it_says(study, name, config, options):
                 (w, w) if w else (16, 16) for w in windows]
         else:
             assert rel == [None] * 4
+    elif study.startswith('decoder_rpb'):
+        dab = study == 'decoder_rpb_dab'
+        assert type(model).__name__ == ('iRPEDABDETR' if dab else
+                                        'iRPEConditionalDETR')
+        assert model.use_abs_pe and model.abs_pe == 'sine'
+        assert bool(rpes) == ('iRPE' in name)
+        for rpe in rpes:
+            assert (rpe.mode, rpe.method, rpe.index) == (
+                'contextual', 'product', 'piecewise')
+        bias = ('BoxRPB' if dab else 'point-RPB') in name
+        assert (model.decoder_pe is not None) == bias
+        rpbs = [m for m in model.modules() if isinstance(m, BoxRPB)]
+        # one per decoder layer (shared=False), of the detector's variant
+        assert len(rpbs) == (len(model.decoder.layers) if bias else 0)
+        assert all(r.mode == ('box' if dab else 'point') for r in rpbs)
     elif study == 'irpe_tab1':
         method = name.split()[-1]
         assert rpes and all(r.method == method for r in rpes)
@@ -417,3 +432,87 @@ def test_run_measured_reports_each_childs_peak_memory(tmp_path):
     with pytest.raises(RuntimeError, match='failed; see'):
         ablation._run_measured(['-c', 'raise SystemExit(3)'],
                                str(tmp_path / 'f.log'))
+
+
+@pytest.mark.parametrize('study', ['decoder_rpb_dab', 'decoder_rpb_cond'])
+def test_decoder_rpb_rows_differ_only_in_the_bias(study):
+    """Each bias row is its no-bias row plus ``model.decoder_pe`` (same
+    encoder, decoder, data, schedule, optimizer), so the study compares
+    the bias alone."""
+
+    def cfg_of(row):
+        _, config, options = row
+        cfg = Config.fromfile(osp.join(ROOT, config))
+        if options:
+            cfg.merge_from_dict(_parse(options))
+        return cfg
+
+    rows = ablation.STUDIES[study]
+    assert len(rows) == 4
+    for plain, biased in ((rows[0], rows[1]), (rows[2], rows[3])):
+        assert biased[0].startswith(plain[0] + ' + ')
+        a, b = cfg_of(plain).to_dict(), cfg_of(biased).to_dict()
+        assert a['model'].pop('decoder_pe', None) is None
+        assert b['model'].pop('decoder_pe')['type'] == (
+            'box-rpb' if study == 'decoder_rpb_dab' else 'point-rpb')
+        assert a == b
+    assert ablation.RES_TESTS[study] == [('resize', 1.0), ('resize', 2.0)]
+
+
+def test_decoder_rpb_runs_validate_every_epoch_and_keep_the_curve(
+        tmp_path, monkeypatch):
+    """The run's options validate every epoch, its JSON keeps every
+    validation (from scalars.json, a resumed run's later lines winning),
+    and the summary has the by-epoch table."""
+    commands = []
+
+    def fake_run(cmd, log_file, threads=None):
+        commands.append(list(cmd))
+        work_dir = cmd[cmd.index('--work-dir') + 1]
+        if cmd[0] == 'tools/train.py':
+            for stamp, epochs in (('20260101_000000', (1, 2)),
+                                  ('20260101_000100', (2, 3))):
+                vis = osp.join(work_dir, stamp, 'vis_data')
+                os.makedirs(vis)
+                with open(osp.join(vis, 'scalars.json'), 'w') as f:
+                    f.write(json.dumps(dict(loss=1.0, step=10)) + '\n')
+                    for e in epochs:
+                        f.write(json.dumps({
+                            'coco/bbox_mAP': e / 10 + (stamp[-3] == '1'),
+                            'coco/bbox_mAP_50': e / 5, 'step': e}) + '\n')
+        else:
+            os.makedirs(work_dir, exist_ok=True)
+            with open(osp.join(work_dir, 'eval_resolutions.json'), 'w') as f:
+                json.dump({'results': [
+                    {'test': 'resize', 'scale': s,
+                     'metrics': {'coco/bbox_mAP': 0.1 * s,
+                                 'coco/bbox_mAP_50': 0.2 * s}}
+                    for s in (1.0, 2.0)]}, f)
+        return 5.0, 100.0
+
+    monkeypatch.setattr(ablation, '_run_measured', fake_run)
+    monkeypatch.setattr(ablation, '_run',
+                        lambda *a, **k: fake_run(*a, **k)[0])
+    out = tmp_path / 'runs.json'
+    md = tmp_path / 'table.md'
+    assert ablation.main([
+        '--studies', 'decoder_rpb_cond', '--rows', 'point-RPB',
+        '--exclude-rows', 'iRPE', '--seeds', '0', '--epochs', '3',
+        '--out', str(out), '--markdown', str(md),
+        '--work-dir', str(tmp_path)]) == 0
+    train = next(c for c in commands if c[0] == 'tools/train.py')
+    assert train[1] == ablation.COND_POINT_RPB
+    assert 'train_cfg.val_interval=1' in train
+    assert 'train_cfg.max_epochs=3' in train
+    [run] = json.loads(out.read_text())
+    assert run['row'] == 'Cond. DETR sine + point-RPB'
+    # epoch 2 from the later (resumed) directory: AP 0.2 + 1
+    assert run['val_curve'] == {'epochs': [1, 2, 3],
+                                'bbox_mAP': [0.1, 1.2, 1.3],
+                                'bbox_mAP_50': [0.2, 0.4, 0.6]}
+    assert run['metrics']['coco/bbox_mAP_50'] == 0.6
+    table = md.read_text()
+    assert '| row | AP50 ep 1 | AP50 ep 2 | AP50 ep 3 |' in table
+    assert '| Cond. DETR sine + point-RPB | 0.200 | 0.400 | 0.600 |' in table
+    assert '| Cond. DETR sine + point-RPB | 0.100 | 0.200 | 0.200 | 0.400 '\
+        '| 5 |' in table

@@ -46,6 +46,13 @@ Data files and their keys:
     per ``length`` and ``cfg``, each with ``rows``: ``variant``, ``mode``,
     ``x`` (time over the fused no-RPE row of the same mode and run) and
     ``peak_mb``), groups of several runs merged, plus ``sources``.
+``decoder_rpb.json``
+    ``metric``, ``panels``: list of ``title``, ``epochs`` and ``rows``
+    (``name``, ``bias`` (whether the row has the decoder's relative
+    position bias) and ``seeds``: per seed, the validation metric at each
+    of ``epochs``); written from ``tools/experiments/ablation.py``'s JSON of
+    the ``decoder_rpb_*`` studies by ``--decoder-rpb-runs`` (with
+    ``--decoder-rpb-note`` saying how they were run).
 ``demo_scalars.json``
     ``source`` and ``records``: the JSON lines of MMEngine's
     ``scalars.json`` (training losses by ``step``, validation metrics by
@@ -80,7 +87,12 @@ PNG_METADATA = {'Software': None}
 
 def _tool(name: str):
     """Import ``tools/analysis/<name>.py`` (a script, not a package)."""
-    path = osp.join(ROOT, 'tools', 'analysis', f'{name}.py')
+    return _tool_at('analysis', name)
+
+
+def _tool_at(folder: str, name: str):
+    """Import ``tools/<folder>/<name>.py`` (a script, not a package)."""
+    path = osp.join(ROOT, 'tools', folder, f'{name}.py')
     spec = importlib.util.spec_from_file_location(f'_mmpe_{name}', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -412,6 +424,105 @@ def record_demo_scalars(demo_work_dir: Optional[str], data_dir: str,
     print(f'[make_figures] wrote {path} ({len(records)} records)')
 
 
+#: the ablation studies of the decoder's bias, in the figure's panel order
+DECODER_RPB_STUDIES = ('decoder_rpb_dab', 'decoder_rpb_cond')
+DECODER_RPB_TITLES = {'decoder_rpb_dab': 'DAB-DETR (BoxRPB)',
+                      'decoder_rpb_cond': 'Conditional DETR (point-RPB)'}
+
+
+def record_decoder_rpb(runs_json: Optional[str], data_dir: str,
+                       note: Optional[str]) -> None:
+    """Write ``data_dir/decoder_rpb.json`` from the JSON of
+    ``tools/experiments/ablation.py`` (``--out``) with the
+    ``decoder_rpb_*`` studies: every run's validation AP50 by epoch
+    (``val_curve``), rows in the study's order, seeds in ascending order.
+    Only the seeds that every row of a study has are kept, so that each
+    row's mean is over the same seeds."""
+    if not runs_json:
+        return
+    with open(runs_json) as f:
+        runs = json.load(f)
+    ablation = _tool_at('experiments', 'ablation')
+    panels = []
+    for study in DECODER_RPB_STUDIES:
+        mine = [r for r in runs if r['study'] == study and 'val_curve' in r]
+        if not mine:
+            continue
+        names = [name for name, _, _ in ablation.STUDIES[study]
+                 if any(r['row'] == name for r in mine)]
+        by_row = {name: {r['seed']: r for r in mine if r['row'] == name}
+                  for name in names}
+        epochs = sorted({tuple(r['val_curve']['epochs']) for r in mine})
+        if len(epochs) != 1:
+            raise ValueError(f'{study}: runs validated at different epochs '
+                             f'{epochs}; give one schedule per study')
+        rows = []
+        for name in names:
+            seeds = sorted(by_row[name])
+            rows.append(dict(
+                name=name, bias='RPB' in name, seed_ids=seeds,
+                seeds=[by_row[name][s]['val_curve']['bbox_mAP_50']
+                       for s in seeds]))
+        panels.append(dict(
+            title=f'{DECODER_RPB_TITLES[study]}, {epochs[0][-1]} epochs',
+            study=study, epochs=list(epochs[0]), rows=rows))
+    data = dict(
+        what='Validation bbox AP50 (COCO, 100 validation images of the '
+        'embedded data set) at every epoch of the decoder_rpb studies of '
+        'tools/experiments/ablation.py: DAB-DETR and Conditional DETR with '
+        'and without the relative position bias in the decoder '
+        '(decoder_pe), with and without contextual iRPE in the encoder; '
+        'one list per seed (seed_ids).',
+        source=dict(
+            published='docs/results.md#relative-position-in-the-decoder-'
+            'boxrpb-decoder_rpb_dab-decoder_rpb_cond',
+            command='python tools/analysis/make_figures.py --only '
+            f'decoder_rpb --decoder-rpb-runs {runs_json}',
+            **(json.loads(note) if note else {})),
+        metric='bbox_mAP_50', panels=panels)
+    path = osp.join(data_dir, 'decoder_rpb.json')
+    with open(path, 'w') as f:
+        json.dump(data, f, indent=1)
+        f.write('\n')
+    print(f'[make_figures] wrote {path} ({len(panels)} panels)')
+
+
+def fig_decoder_rpb(data_dir: str, out: str) -> Optional[str]:
+    """Validation AP50 by epoch, with the bias (solid) and without
+    (dashed), one colour per encoder: mean over seeds, the band one sample
+    std either side."""
+    data = load_data(data_dir, 'decoder_rpb')
+    if data is None:
+        return None
+    panels = data['panels']
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.2 * len(panels), 3.9), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        epochs = panel['epochs']
+        colours: Dict[str, str] = {}
+        for row in panel['rows']:
+            mean, std = row_stats(row)
+            encoder = 'iRPE' if 'iRPE' in row['name'] else 'sine'
+            colour = colours.setdefault(encoder, f'C{len(colours)}')
+            n = len(row['seeds'])
+            ax.plot(epochs, mean, color=colour, marker='o',
+                    linestyle='-' if row['bias'] else '--',
+                    label=f"{row['name']} ({n} seed{'s' * (n > 1)})")
+            if n > 1:
+                ax.fill_between(epochs, mean - std, mean + std,
+                                color=colour, alpha=0.12 if row['bias']
+                                else 0.06, linewidth=0)
+        ax.set_title(panel['title'], fontsize=10)
+        ax.set_xticks(epochs)
+        ax.set_xlabel('epoch')
+        ax.set_ylabel('validation bbox AP50 (mean, band ± std)')
+        ax.set_ylim(0, None)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc='upper left')
+    fig.tight_layout()
+    return _save(fig, out)
+
+
 def fig_demo_loss(data_dir: str, out: str) -> Optional[str]:
     data = load_data(data_dir, 'demo_scalars')
     if data is None:
@@ -449,6 +560,7 @@ FIGURES: Dict[str, Callable] = {
     'irpe_buckets': fig_irpe_buckets,
     'embedded_dataset': fig_embedded_dataset,
     'demo_loss': fig_demo_loss,
+    'decoder_rpb': fig_decoder_rpb,
 }
 
 
@@ -465,6 +577,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--demo-note', default=None,
         help='how the demo run was made (threads, machine, date), stored '
         'with its scalars')
+    parser.add_argument(
+        '--decoder-rpb-runs', default=None,
+        help='the JSON (--out) of tools/experiments/ablation.py with the '
+        'decoder_rpb studies: their curves into DATA_DIR/decoder_rpb.json')
+    parser.add_argument(
+        '--decoder-rpb-note', default=None,
+        help='JSON object merged into that file\'s source (date, machine, '
+        'the command of the runs, published)')
     choices = list(FIGURES) + ['rpe_attention']
     parser.add_argument('--only', nargs='+', choices=choices,
                         help=f'draw only these (default: all of {choices})')
@@ -478,6 +598,9 @@ def main(argv: Optional[Sequence[str]] = None) -> List[str]:
     written = []
     if 'demo_loss' in wanted:
         record_demo_scalars(args.demo_work_dir, args.data_dir, args.demo_note)
+    if 'decoder_rpb' in wanted:
+        record_decoder_rpb(args.decoder_rpb_runs, args.data_dir,
+                           args.decoder_rpb_note)
     for name in wanted:
         out = osp.join(args.out_dir, f'{name}.png')
         if name == 'rpe_attention':

@@ -47,7 +47,14 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
   augmentations (rescale 2, jitter 1.2), sine + contextual iRPE piecewise
   and clip; every run tested at 1x, 1.5x and 2x resized and on the 2x
   canvas (the embedded test set drawn twice as large per side at the same
-  object sizes: longer sequences without larger objects), AP and AP50.
+  object sizes: longer sequences without larger objects), AP and AP50;
+- ``decoder_rpb_dab`` / ``decoder_rpb_cond``: relative position in the
+  decoder's cross-attention (Plain-DETR's box-to-pixel relative position
+  bias, ``decoder_pe``): DAB-DETR with sine, sine + BoxRPB, sine + iRPE ctx
+  in the encoder, sine + iRPE ctx + BoxRPB; Conditional DETR the same with
+  the point variant (point-RPB). Validated at every epoch (the AP and AP50
+  of every validation are kept in the JSON, ``val_curve``: the curve by
+  epoch) and tested at 1x and 2x resized.
 
 Every run is ``tools/train.py`` (and ``tools/analysis/eval_resolutions.py``
 for the studies of :data:`RES_TESTS`) in a subprocess; the final validation metrics are read from
@@ -89,6 +96,12 @@ DETR_ROPE_MIXED = 'configs/quickstart/detr_rope-mixed_r18_synthetic.py'
 COND_IRPE = 'configs/quickstart/conditional-detr_irpe_r18_synthetic.py'
 COND_ROPE_MIXED = \
     'configs/quickstart/conditional-detr_rope-mixed_r18_synthetic.py'
+DAB_IRPE = 'configs/quickstart/dab-detr_irpe_r18_synthetic.py'
+DAB_BOX_RPB = 'configs/quickstart/dab-detr_box-rpb_r18_synthetic.py'
+DAB_IRPE_BOX_RPB = 'configs/quickstart/dab-detr_irpe_box-rpb_r18_synthetic.py'
+COND_POINT_RPB = 'configs/quickstart/conditional-detr_point-rpb_r18_synthetic.py'
+COND_IRPE_POINT_RPB = \
+    'configs/quickstart/conditional-detr_irpe_point-rpb_r18_synthetic.py'
 NO_SINE = 'model.encoder_pe.absolute=none'
 ROPE = 'model.encoder_pe.relative'
 NORMALIZED = [f'{ROPE}.coords=normalized']
@@ -192,6 +205,21 @@ STUDIES['rope_coords_detr'] = [(f'DETR {name}', config, opts)
                                for name, config, opts, _, _ in ROPE_COORD_ROWS]
 STUDIES['rope_coords_cond'] = [(f'Cond. DETR {name}', config, opts)
                                for name, _, _, config, opts in ROPE_COORD_ROWS]
+# with and without the decoder's bias, with and without encoder iRPE; the
+# 'sine' rows are the iRPE configs without the encoder's relative part
+# (the bias configs' encoder-only twins, as the bias-only configs are theirs)
+STUDIES['decoder_rpb_dab'] = [
+    ('DAB-DETR sine', DAB_IRPE, [f'{ROPE}=None']),
+    ('DAB-DETR sine + BoxRPB', DAB_BOX_RPB, []),
+    ('DAB-DETR sine + iRPE ctx', DAB_IRPE, []),
+    ('DAB-DETR sine + iRPE ctx + BoxRPB', DAB_IRPE_BOX_RPB, []),
+]
+STUDIES['decoder_rpb_cond'] = [
+    ('Cond. DETR sine', COND_IRPE, [f'{ROPE}=None']),
+    ('Cond. DETR sine + point-RPB', COND_POINT_RPB, []),
+    ('Cond. DETR sine + iRPE ctx', COND_IRPE, []),
+    ('Cond. DETR sine + iRPE ctx + point-RPB', COND_IRPE_POINT_RPB, []),
+]
 SCALES = (1.0, 1.5, 2.0)
 #: studies tested at other sizes after training (tools/analysis/
 #: eval_resolutions.py): study -> its tests, (kind, factor) with kind
@@ -202,7 +230,12 @@ RES_TESTS = {
     'vitdet_layout': [('resize', 1.0), ('resize', 2.0)],
     **dict.fromkeys(('rope_coords_detr', 'rope_coords_cond'),
                     [('resize', s) for s in SCALES] + [('canvas', 2.0)]),
+    **dict.fromkeys(('decoder_rpb_dab', 'decoder_rpb_cond'),
+                    [('resize', 1.0), ('resize', 2.0)]),
 }
+#: studies validated every that many epochs (the others: at the end only);
+#: every validation's AP and AP50 go to the run's ``val_curve``
+VAL_EVERY = {'decoder_rpb_dab': 1, 'decoder_rpb_cond': 1}
 #: epochs per run of each study, as reported in docs/results.md (what 2 CPU
 #: cores allow for 3 seeds of every row in a few hours, not a full schedule)
 DEFAULT_EPOCHS = {
@@ -216,6 +249,11 @@ DEFAULT_EPOCHS = {
     'cpvt_seg_shape': 1500,  # iterations: the demo's schedule
     'rope_coords_detr': 8,  # the encoder_pe studies' schedules
     'rope_coords_cond': 4,
+    # about the same wall time per run (steps of the biased rows, 1 thread:
+    # Conditional DETR 0.62 s, DAB-DETR less); what 2 shared cores allowed
+    # for 3 seeds of the rows without encoder iRPE and 1 of those with
+    'decoder_rpb_dab': 3,
+    'decoder_rpb_cond': 3,
 }
 
 
@@ -271,6 +309,25 @@ def _last_val_metrics(work_dir: str) -> Dict[str, float]:
     return {k: v for k, v in metrics.items() if k.startswith('coco/')}
 
 
+def _val_curve(work_dir: str) -> Dict[str, list]:
+    """Every validation of a run, by epoch: ``epochs``, ``bbox_mAP``,
+    ``bbox_mAP_50`` (a resumed run's later directory wins an epoch logged
+    twice)."""
+    by_epoch: Dict[int, dict] = {}
+    for path in sorted(
+            glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                if 'coco/bbox_mAP' in rec:
+                    by_epoch[int(rec['step'])] = rec
+    epochs = sorted(by_epoch)
+    return dict(epochs=epochs, **{
+        key: [by_epoch[e][f'coco/{key}'] for e in epochs]
+        for key in ('bbox_mAP', 'bbox_mAP_50')
+    })
+
+
 def _res_arguments(study: str) -> List[str]:
     """eval_resolutions.py's ``--scales`` / ``--canvas`` for a study."""
     out = []
@@ -301,9 +358,10 @@ def run_one(study: str, name: str, config: str, options: List[str],
     slug = name.replace(' ', '_').replace('#', '').replace('+', 'p')
     work_dir = osp.join(args.work_dir, study, f'{slug}_seed{seed}')
     os.makedirs(work_dir, exist_ok=True)
+    val_every = VAL_EVERY.get(study, args.epochs)
     opts = [
         f'randomness.seed={seed}', f'train_cfg.max_epochs={args.epochs}',
-        f'train_cfg.val_interval={args.epochs}',
+        f'train_cfg.val_interval={val_every}',
         'default_hooks.checkpoint.max_keep_ckpts=1',
         f'default_hooks.checkpoint.interval={args.epochs}', *options
     ]
@@ -326,6 +384,8 @@ def run_one(study: str, name: str, config: str, options: List[str],
     if study == 'vitdet_layout':
         result['train_peak_mb'] = peak_mb
     result['metrics'] = _last_val_metrics(work_dir)
+    if study in VAL_EVERY:
+        result['val_curve'] = _val_curve(work_dir)
     if study in RES_TESTS:
         ckpt = osp.join(work_dir, f'epoch_{args.epochs}.pth')
         _run([
@@ -400,9 +460,11 @@ def _command(study: str, config: str, options: Sequence[str], seed: int,
     """What makes two runs the same run, whatever row they report (a
     study with its own data set never shares runs with another)."""
     data = STUDY_DATA[study][1] if study in STUDY_DATA else None
-    # a run tested at other sizes is not the same as one that is not
+    # a run tested at other sizes is not the same as one that is not, nor
+    # one validated during training (the validation loader draws from the
+    # global generator) as one validated at the end only
     return (config, tuple(options), seed, epochs, str(data),
-            str(RES_TESTS.get(study)))
+            str(RES_TESTS.get(study)), VAL_EVERY.get(study))
 
 
 def _trained(results: List[dict]) -> Dict[tuple, dict]:
@@ -506,7 +568,32 @@ def summarise(results: List[dict]) -> str:
                 lines.append('| ' + ' | '.join(
                     [_row_label(name, group), *cells]) + ' |')
             lines.append('')
+        if study in VAL_EVERY:
+            lines += _curve_table(title, groups)
     return '\n'.join(lines)
+
+
+def _curve_table(title: str, groups: List[Tuple[str, List[dict]]]
+                 ) -> List[str]:
+    """Validation AP50 by epoch (mean ± sample std over the seeds that
+    reached the epoch), one row per study row."""
+    epochs = sorted({e for _, group in groups for r in group
+                     for e in r.get('val_curve', {}).get('epochs', [])})
+    head = ['row'] + [f'AP50 ep {e}' for e in epochs]
+    lines = [f'{title}: validation AP50 by epoch', '',
+             '| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for name, group in groups:
+        cells = []
+        for epoch in epochs:
+            values = [
+                r['val_curve']['bbox_mAP_50'][
+                    r['val_curve']['epochs'].index(epoch)] for r in group
+                if epoch in r.get('val_curve', {}).get('epochs', [])
+            ]
+            cells.append(_mean_std(values) if values else '')
+        lines.append('| ' + ' | '.join([_row_label(name, group), *cells]) +
+                     ' |')
+    return lines + ['']
 
 
 def parse_args(argv: Optional[Sequence[str]] = None):
@@ -522,6 +609,9 @@ def parse_args(argv: Optional[Sequence[str]] = None):
         help='3 epochs per run: a first look, not the study')
     parser.add_argument('--rows', nargs='+', help='only rows whose name '
                         'contains one of these strings')
+    parser.add_argument('--exclude-rows', nargs='+', default=[],
+                        help='not the rows whose name contains one of '
+                        'these strings')
     parser.add_argument(
         '--jobs', type=int, default=1,
         help='runs trained at the same time (each its own process)')
@@ -559,6 +649,8 @@ def _plan(args, results: List[dict]):
         epochs = args.epochs or (3 if args.quick else DEFAULT_EPOCHS[study])
         for name, config, options in STUDIES[study]:
             if args.rows and not any(s in name for s in args.rows):
+                continue
+            if any(s in name for s in args.exclude_rows):
                 continue
             for seed in args.seeds:
                 if (study, name, seed) in done:
