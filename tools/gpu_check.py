@@ -13,7 +13,7 @@ Without CUDA it prints one line and exits 0. With CUDA, in order:
    C5 grids of DETR's 150-epoch recipe (output, gradients of q, k, v and
    of the iRPE tables; float32, no TF32), with the compilations they cost.
 3. The memory estimates of the ``'auto'`` rule
-   (``mmpe/models/layers/backend_rule.py``) against the measured peak of
+   (``mmpe/models/layers/attention/backend_rule.py``) against the measured peak of
    each backend (``torch.cuda.max_memory_allocated``) on a DETR encoder
    call, and the backend ``'auto'`` picks here.
 4. The long-sequence benchmark (``tools/benchmark/attention.py --long
@@ -155,9 +155,10 @@ def _peak(core, grid, device) -> float:
 
 def check_memory(device: torch.device) -> Tuple[bool, List[str]]:
     from mmpe.models.layers import PEAttention
-    from mmpe.models.layers.backend_rule import (AttentionCall, auto_backend,
-                                                 cuda_free_bytes,
-                                                 memory_estimate)
+    from mmpe.models.layers.attention.backend_rule import (AttentionCall,
+                                                           auto_backend,
+                                                           cuda_free_bytes,
+                                                           memory_estimate)
     grid = (34, 34)
     call = AttentionCall(grid[0] * grid[1], True, device_type='cuda',
                          batch=2, heads=8, head_dim=32)

@@ -88,7 +88,7 @@ nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
 print(f'[setup] torch {torch.__version__}, mmengine {mmengine.__version__}, '
       f'mmcv {mmcv.__version__} (ops ok), mmdet {mmdet.__version__}, '
       f'mmseg {mmseg.__version__}')
-from mmpe.models.layers.fused_attention import fused_unavailable_reason
+from mmpe.models.layers.attention.fused import fused_unavailable_reason
 reason = fused_unavailable_reason()
 print('[setup] mmpe fused CPU attention kernel: '
       + ('built' if reason is None else f'NOT available: {reason}; the '

@@ -153,7 +153,7 @@ def test_compiled_flex_over_recipe_sizes_few_compilations(batches):
 def recompile_limit_one(monkeypatch):
     """The compiled wrapper rebuilt with a recompile limit of 1 (and the
     real one again afterwards)."""
-    from mmpe.models.layers import irpe_flex
+    from mmpe.models.layers.attention import flex as irpe_flex
     monkeypatch.setattr(irpe_flex, 'FLEX_RECOMPILE_LIMIT', 1)
     irpe_flex.compiled_flex_attention.cache_clear()
     torch._dynamo.reset()

@@ -13,7 +13,7 @@ from mmengine.config import Config
 
 import mmpe  # noqa: F401
 from config_steps import detection_train_step, weight_decays
-from mmpe.models.layers.irpe import iRPE
+from mmpe.models.layers.irpe.irpe import iRPE
 
 ROOT = osp.join(osp.dirname(__file__), '..', '..')
 # config -> (registered type, mmdet detector it extends, encoder layers,

@@ -12,9 +12,9 @@ from mmengine.config import Config
 
 import mmpe  # noqa: F401
 from config_steps import detection_train_step, weight_decays
-from mmpe.models.layers.irpe import iRPE
-from mmpe.models.layers.rope2d import RoPE2D
-from mmpe.models.layers.rope_mixed import RoPEMixed
+from mmpe.models.layers.irpe.irpe import iRPE
+from mmpe.models.layers.encodings.rope2d import RoPE2D
+from mmpe.models.layers.encodings.rope_mixed import RoPEMixed
 
 ROOT = osp.join(osp.dirname(__file__), '..', '..')
 # config -> (registered type, mmdet detector, rotary module, encoder layers,

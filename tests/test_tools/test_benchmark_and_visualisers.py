@@ -160,7 +160,8 @@ def test_attention_benchmark_quick_json(tmp_path):
 def test_attention_benchmark_plain_softmax_is_the_same_layer(add_):
     """The A/B's plain variant computes what the in-place softmax does
     (forward and backward), and only inside its block."""
-    from mmpe.models.layers import attention_ops, iRPEMultiheadAttention
+    from mmpe.models.layers import iRPEMultiheadAttention
+    from mmpe.models.layers.attention import ops as attention_ops
     tool = _tool('benchmark', 'attention.py')
     torch.manual_seed(0)
     layer = iRPEMultiheadAttention(

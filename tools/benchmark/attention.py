@@ -24,7 +24,7 @@ Rows (layer level):
   ``F.scaled_dot_product_attention`` (no iRPE on values there);
 * ``mmpe ctx product k (plain softmax)`` and ``(plain softmax, add_)`` - the
   explicit ``mmpe ctx product k`` row with, for that row's calls only,
-  ``mmpe.models.layers.attention_ops.masked_softmax`` (the in-place softmax
+  ``mmpe.models.layers.attention.ops.masked_softmax`` (the in-place softmax
   built on the private ``aten._softmax.out`` /
   ``_softmax_backward_data.out``) replaced by ``torch.softmax(logits +
   mask, -1)``, resp. by ``logits.add_(mask)`` then ``torch.softmax(logits,
@@ -94,11 +94,11 @@ from mmdet.models.layers import DetrTransformerEncoder  # noqa: E402
 
 from mmpe.models.detectors.detr_irpe import \
     iRPEDetrTransformerEncoder  # noqa: E402
-from mmpe.models.layers import attention_ops  # noqa: E402
-from mmpe.models.layers.irpe_attention import \
-    iRPEMultiheadAttention  # noqa: E402
-from mmpe.models.layers.irpe_flex import \
+from mmpe.models.layers.attention import ops as attention_ops  # noqa: E402
+from mmpe.models.layers.attention.flex import \
     flex_unsupported_reason  # noqa: E402
+from mmpe.models.layers.blocks.irpe_attention import \
+    iRPEMultiheadAttention  # noqa: E402
 
 BASELINE = 'mmcv MHA'
 EQ27 = 'Eq.27-28 ctx product k'

@@ -106,7 +106,7 @@ from mmdet.models.layers import DetrTransformerEncoder  # noqa: E402
 
 from mmpe.models.detectors.irpe_encoders import \
     iRPEDetrTransformerEncoder  # noqa: E402
-from mmpe.models.layers.irpe_attention import \
+from mmpe.models.layers.blocks.irpe_attention import \
     iRPEMultiheadAttention  # noqa: E402
 
 BASELINE = bench.BASELINE  # 'mmcv MHA'

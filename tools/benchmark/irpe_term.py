@@ -34,7 +34,7 @@ from typing import Callable, Dict, List
 
 import torch
 
-from mmpe.models.layers.irpe import iRPE
+from mmpe.models.layers.irpe.irpe import iRPE
 
 
 def term_gather(x: torch.Tensor, table: torch.Tensor,

@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from mmpe.models.layers.irpe_index import num_buckets_per_table
+from mmpe.models.layers.irpe.index import num_buckets_per_table
 from mmpe.models.utils.irpe_authors import authors_table_to_mmpe
 
 # the authors' model list (rpe_models.py): '{method}_{N}' of the name ->

@@ -10,7 +10,7 @@ is driven by the anchor boxes that layer reads (the refined boxes of layer
 ``l - 1``, the learned anchors in the first layer); in Conditional DETR by
 its reference points (the same in every layer). Everything else is
 mmdet's decoder, step for step; the cross-attentions become
-:class:`~mmpe.models.layers.cross_attention.BiasedConditionalAttention`
+:class:`~mmpe.models.layers.attention.cross.BiasedConditionalAttention`
 (same parameters), and the MLPs are ``decoder.box_rpb.<i>`` (one pair per
 layer, or one shared).
 """
@@ -24,8 +24,8 @@ from mmdet.models.layers.transformer.utils import (coordinate_to_encoding,
 from mmengine.model import ModuleList
 from torch import Tensor, nn
 
-from ..layers.box_rpb import AxisBiasTerm, BoxRPB
-from ..layers.cross_attention import BiasedConditionalAttention
+from ..layers.attention.cross import BiasedConditionalAttention
+from ..layers.decomposed.box_rpb import AxisBiasTerm, BoxRPB
 
 
 class BoxRPBDecoderMixin:

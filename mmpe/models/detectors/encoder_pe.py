@@ -29,7 +29,7 @@ self-attention, and says what the decoder's cross-attention keys get::
     frequencies, one set per encoder layer): ``theta`` (default 10),
     ``rotate`` (default True);
   - both rotary types also take the token coordinates
-    (:mod:`mmpe.models.layers.rope_coords`): ``coords`` (``'index'``,
+    (:mod:`mmpe.models.layers.encodings.rope_coords`): ``coords`` (``'index'``,
     integer token positions, the default; or ``'normalized'``, DINOv3's
     patch centres in ``[-1, 1]`` of each image's valid extent),
     ``normalize`` (``'separate'``, ``'max'`` or ``'min'``), and the
@@ -45,7 +45,8 @@ self-attention, and says what the decoder's cross-attention keys get::
 """
 from typing import Dict, Optional, Tuple, Union
 
-from ..layers.rope_coords import COORD_DEFAULTS, ROPE_ARGS, check_coord_args
+from ..layers.encodings.rope_coords import (COORD_DEFAULTS, ROPE_ARGS,
+                                            check_coord_args)
 
 ABSOLUTE_CHOICES = ('sine', 'learnable', 'none')
 RELATIVE_CHOICES = ('irpe', 'rope2d', 'rope-mixed')

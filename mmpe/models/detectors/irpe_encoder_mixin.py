@@ -16,9 +16,9 @@ from torch import Tensor
 from mmdet.models.detectors import DABDETR, DETR, ConditionalDETR
 from mmdet.models.layers import LearnedPositionalEncoding
 from mmdet.structures import OptSampleList
-from ..layers.irpe import iRPE
-from ..layers.rope_coords import RoPECoords
-from ..layers.rope_mixed import RoPEMixed
+from ..layers.encodings.rope_coords import RoPECoords
+from ..layers.encodings.rope_mixed import RoPEMixed
+from ..layers.irpe.irpe import iRPE
 from .encoder_pe import attention_pe_cfg, parse_encoder_pe, rope_coords_cfg
 from .irpe_encoders import (encoder_without_irpe,
                             iRPEDABDetrTransformerEncoder,

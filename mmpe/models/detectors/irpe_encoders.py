@@ -17,7 +17,7 @@ from mmdet.models.layers import (DABDetrTransformerEncoder,
                                  DetrTransformerEncoder,
                                  DetrTransformerEncoderLayer)
 from mmdet.models.layers.transformer.utils import MLP
-from ..layers.irpe_attention import iRPEMultiheadAttention
+from ..layers.blocks.irpe_attention import iRPEMultiheadAttention
 
 #: The arguments iRPEMultiheadAttention takes beyond mmcv's attention.
 IRPE_ATTN_KEYS = ('rpe_cfg', 'rpe_on', 'attn_impl', 'chunk_size',

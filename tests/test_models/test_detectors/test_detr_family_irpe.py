@@ -18,7 +18,7 @@ from mmengine.config import Config
 
 import mmpe  # noqa: F401
 from mmpe.models.detectors import iRPEEncoderMixin
-from mmpe.models.layers.irpe import iRPE
+from mmpe.models.layers.irpe.irpe import iRPE
 
 from feature_samples import feature_samples
 

@@ -9,7 +9,7 @@ from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
 
 import mmpe  # noqa: F401
-from mmpe.models.layers.irpe import iRPE
+from mmpe.models.layers.irpe.irpe import iRPE
 
 ROOT = osp.join(osp.dirname(__file__), '..', '..', '..')
 QUICK_PLAIN = osp.join(ROOT, 'configs/quickstart/detr_r18_synthetic.py')

@@ -22,8 +22,8 @@ from mmengine.config import Config
 
 import mmpe  # noqa: F401
 from mmpe.models.layers import iRPEMultiheadAttention
-from mmpe.models.layers.irpe import iRPE
-from mmpe.models.layers.rope_mixed import RoPEMixed
+from mmpe.models.layers.irpe.irpe import iRPE
+from mmpe.models.layers.encodings.rope_mixed import RoPEMixed
 
 from feature_samples import feature_samples
 

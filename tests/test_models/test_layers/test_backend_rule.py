@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from mmpe.models.layers import PEAttention
-from mmpe.models.layers.backend_rule import (AUTO_CHUNKED_FROM,
-                                             CUDA_MEMORY_FRACTION,
-                                             AttentionCall, auto_backend,
-                                             cuda_free_bytes, memory_estimate)
-from mmpe.models.layers.chunked_attention import CHUNK_ELEMENTS
+from mmpe.models.layers.attention.backend_rule import (AUTO_CHUNKED_FROM,
+                                                       CUDA_MEMORY_FRACTION,
+                                                       AttentionCall,
+                                                       auto_backend,
+                                                       cuda_free_bytes,
+                                                       memory_estimate)
+from mmpe.models.layers.attention.chunked import CHUNK_ELEMENTS
 
 GiB = 2**30
 # DETR-R50's encoder on a batch of the 150-epoch recipe: 2 images, 8 heads

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmpe.models.layers.pos_embed_2d import bicubic_resize
+from mmpe.models.layers.encodings.pos_embed_2d import bicubic_resize
 
 # float64: the kernel's weights and sums in another order (16 taps)
 _F64_ATOL = 1e-13

@@ -12,8 +12,8 @@ import torch
 
 from mmpe.models.layers import (PEAttention, RelativeTerm, RoPE2D,
                                 ViTAttention, register_term)
-from mmpe.models.layers.chunked_attention import chunk_rows
-from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
+from mmpe.models.layers.attention.backend_rule import AUTO_CHUNKED_FROM
+from mmpe.models.layers.attention.chunked import chunk_rows
 from test_irpe import pair_bucket
 
 # float64 throughout: the backends add the same terms in another order
@@ -340,9 +340,9 @@ def test_all_padded_row_matches(impl):
 
 
 def test_term_kinds_are_registered_once():
-    from mmpe.models.layers.attention_terms import (TERM_KINDS,
-                                                    RelativeTerm,
-                                                    register_term)
+    from mmpe.models.layers.terms.relative_term import (TERM_KINDS,
+                                                        RelativeTerm,
+                                                        register_term)
     assert 'irpe' in TERM_KINDS
 
     class Other(RelativeTerm):
@@ -455,7 +455,7 @@ class _WithDecomposed(PEAttention):
 
 @pytest.fixture
 def decomposed_kind():
-    from mmpe.models.layers.attention_terms import TERM_KINDS
+    from mmpe.models.layers.terms.relative_term import TERM_KINDS
     register_term(_DecomposedRelPos)
     yield
     TERM_KINDS.pop(_DecomposedRelPos.kind)

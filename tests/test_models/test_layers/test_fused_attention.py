@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from mmpe.models.layers import PEAttention, RoPE2D, ViTAttention
-from mmpe.models.layers import fused_attention as fused_module
-from mmpe.models.layers import pe_attention
-from mmpe.models.layers.attention_terms import AxisValues
-from mmpe.models.layers.fused_attention import (fused_attention,
+from mmpe.models.layers import AxisValues
+from mmpe.models.layers.attention import core as pe_attention
+from mmpe.models.layers.attention import fused as fused_module
+from mmpe.models.layers.attention.fused import (fused_attention,
                                                 fused_unavailable_reason)
 from test_chunked_attention import _assert_same, _fwd_bwd, _inputs
 from test_irpe import pair_bucket

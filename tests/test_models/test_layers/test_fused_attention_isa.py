@@ -18,10 +18,9 @@ import pytest
 import torch
 
 import mmpe
-from mmpe.models.layers import fused_attention as fused_module
-from mmpe.models.layers.attention_terms import AxisValues
-from mmpe.models.layers.fused_attention import (KERNEL_ISAS,
-                                                choose_kernel_isa,
+from mmpe.models.layers import AxisValues
+from mmpe.models.layers.attention import fused as fused_module
+from mmpe.models.layers.attention.fused import (KERNEL_ISAS, choose_kernel_isa,
                                                 fused_attention,
                                                 runnable_kernel_isas)
 from test_fused_attention import (F32_TOL, F64_TOL, _dense_reference,
@@ -150,8 +149,8 @@ def test_choose_kernel_isa():
 
 _SCRIPT = """
 import os, torch
-from mmpe.models.layers.fused_attention import fused_attention, kernel_isa
-from mmpe.models.layers.attention_terms import AxisValues
+from mmpe.models.layers import AxisValues
+from mmpe.models.layers.attention.fused import fused_attention, kernel_isa
 q = torch.randn(1, 1, 6, 4)
 term = AxisValues(torch.randn(1, 1, 6, 4), torch.zeros(2, 2).long(),
                   torch.zeros(3, 3).long(), 'product', 2, 2)

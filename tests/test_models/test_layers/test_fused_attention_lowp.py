@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mmpe.models.layers import ViTAttention
-from mmpe.models.layers.fused_attention import fused_attention
+from mmpe.models.layers.attention.fused import fused_attention
 from test_fused_attention import _Count, _dense_reference, _random_term
 
 #: one unit in the last place, relative: bfloat16 keeps 8 significant bits,

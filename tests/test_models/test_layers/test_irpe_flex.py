@@ -6,14 +6,15 @@ import pytest
 import torch
 
 from mmpe.models.layers import PEAttention, iRPE, iRPEMultiheadAttention
-from mmpe.models.layers import attention_ops
-from mmpe.models.layers import pe_attention as attn_mod
-from mmpe.models.layers.pe_attention import AUTO_CHUNKED_FROM
-from mmpe.models.layers.flex_shapes import (padded_length, table_side,
-                                            tail_block_mask)
-from mmpe.models.layers.irpe_flex import (FLEX_AVAILABLE,
-                                          flex_unsupported_reason,
-                                          irpe_flex_attention)
+from mmpe.models.layers.attention import core as attn_mod
+from mmpe.models.layers.attention import ops as attention_ops
+from mmpe.models.layers.attention.backend_rule import AUTO_CHUNKED_FROM
+from mmpe.models.layers.attention.flex import (FLEX_AVAILABLE,
+                                               flex_unsupported_reason,
+                                               irpe_flex_attention)
+from mmpe.models.layers.attention.flex_shapes import (padded_length,
+                                                      table_side,
+                                                      tail_block_mask)
 
 # eager FlexAttention warns that it is unfused: that is the point here
 pytestmark = pytest.mark.filterwarnings('ignore:flex_attention called without')

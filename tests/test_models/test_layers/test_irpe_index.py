@@ -6,7 +6,7 @@ from typing import Optional, Tuple, Union
 import pytest
 import torch
 
-from mmpe.models.layers.irpe_index import (METHODS, axis_bucket_tables,
+from mmpe.models.layers.irpe.index import (METHODS, axis_bucket_tables,
                                            clip_index, get_bucket_ids_2d,
                                            get_num_buckets, max_index,
                                            num_buckets_per_table,

@@ -1,4 +1,4 @@
-"""RoPE token coordinates (``mmpe/models/layers/rope_coords.py``): DINOv3's
+"""RoPE token coordinates (``mmpe/models/layers/encodings/rope_coords.py``): DINOv3's
 normalised patch centres per image of a padded batch, its training-time
 augmentations, and the rotary tables built from them.
 
@@ -19,9 +19,12 @@ import torch
 
 from dinov3_reference import dinov3_coords
 from mmpe.models.layers import RoPE2D, RoPEMixed, apply_rope2d
-from mmpe.models.layers.rope_coords import (NORMALIZED_SCALE, RoPECoords,
-                                            augment_coords, index_coords,
-                                            normalized_coords, valid_extent)
+from mmpe.models.layers.encodings.rope_coords import (NORMALIZED_SCALE,
+                                                      RoPECoords,
+                                                      augment_coords,
+                                                      index_coords,
+                                                      normalized_coords,
+                                                      valid_extent)
 
 _F64_ATOL = 1e-12  # float64, a few divisions
 _F32_ATOL = 1e-6  # float32 coordinates in [-2, 2]: a few ulps

@@ -7,8 +7,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .attention_terms import RelativeTerm, Rows
-from .tracing import is_tracing
+from ..common.tracing import is_tracing
+from ..terms.relative_term import RelativeTerm, Rows
 
 # device types where _MaskedSoftmax reuses its buffers (see its docstring)
 _SOFTMAX_INPLACE_DEVICES = ('cpu', )

@@ -3,7 +3,7 @@
 The terms of Eq. 16-17 of `Rethinking and Improving Relative Position
 Encoding for Vision Transformer <https://arxiv.org/abs/2107.14222>`_ (Wu et
 al., ICCV 2021) in the interface of
-:mod:`~mmpe.models.layers.attention_terms`: for a block of (viewer,
+:mod:`~mmpe.models.layers.terms.relative_term`: for a block of (viewer,
 other) token pairs - a range of query rows against all keys (iRPE on keys
 and values), or all keys against a range of query rows (iRPE on queries,
 whose bucket is seen from the key, ``b(j, i)``) - the per-bucket values of
@@ -11,7 +11,7 @@ the viewers are expanded to the block (Eq. 27-28) and the block is reduced
 back per bucket (the adjoint, and Eq. 17's bucket-summed probabilities).
 Skip tokens (their one extra bucket per table) and the cross layout
 (row-axis then column-axis buckets) are handled here around the spatial
-plans of :mod:`~mmpe.models.layers.irpe_plans`. The whole map is the block
+plans of :mod:`~mmpe.models.layers.irpe.plans`. The whole map is the block
 ``rows=None``: the explicit backend runs exactly this code on all rows, the
 chunked backend on ranges of rows.
 """
@@ -20,10 +20,9 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .attention_terms import AxisValues, RelativeTerm, Rows, register_term
-from .irpe_plans import (CrossPlan, Expand, ExpandAdd, ProductPlan, Reduce,
-                         get_plan)
-from .tracing import is_tracing
+from ..common.tracing import is_tracing
+from ..terms.relative_term import AxisValues, RelativeTerm, Rows, register_term
+from .plans import CrossPlan, Expand, ExpandAdd, ProductPlan, Reduce, get_plan
 
 
 def bucket_lookup(x: Tensor, table: Tensor, shared: bool) -> Tensor:

@@ -27,10 +27,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from .attention_terms import split_terms
-from .chunked_attention import chunk_rows
+from ..common.tracing import is_tracing
+from ..terms.relative_term import split_terms
+from .chunked import chunk_rows
 from .flex_shapes import padded_length
-from .tracing import is_tracing
 
 #: ``attn_impl='auto'`` off CUDA trains with the chunked backend (flex
 #: where it applies) from this many tokens on and with the explicit one
@@ -87,7 +87,7 @@ class AttentionCall:
            keys: int = 0) -> 'AttentionCall':
         """The call of queries ``q`` (B, H, L, d) against ``keys`` keys
         (0: ``L``) with relative ``terms``
-        (:class:`~mmpe.models.layers.attention_terms.RelativeTerm`)."""
+        (:class:`~mmpe.models.layers.terms.relative_term.RelativeTerm`)."""
         logits, values = split_terms(terms)
         batch, heads, length, head_dim = q.shape
         return cls(length, needs_grad, bool(values), q.device.type, batch,
@@ -108,10 +108,11 @@ def memory_estimate(backend: str, call: AttentionCall) -> int:
       (two live while a second term is added): 1 or 2; with gradient the
       bias's gradient, one more.
     * ``'chunked'``: two ``(B, H, R, L)`` blocks of ``R`` query rows
-      (:func:`~mmpe.models.layers.chunked_attention.chunk_rows`), four with
+      (:func:`~mmpe.models.layers.attention.chunked.chunk_rows`), four with
       dropout.
     * ``'flex'``: no ``(L, L)`` tensor: q, k, v and the output padded to
-      the size bucket ``Lp`` (:mod:`~mmpe.models.layers.flex_shapes`), 4
+      the size bucket ``Lp``
+      (:mod:`~mmpe.models.layers.attention.flex_shapes`), 4
       ``(B, H, Lp, d)``, and their gradients in training, 8; the row
       log-sum-exp (float32) and the key mask.
 

@@ -14,10 +14,10 @@ from mmcv.cnn.bricks.drop import build_dropout
 from torch import Tensor, nn
 
 from mmdet.registry import MODELS
-from .pe_attention import PEAttention
-from .rope2d import RoPE2D
-from .rope_coords import COORD_DEFAULTS
-from .rope_mixed import RoPEMixed
+from ..attention.core import PEAttention
+from ..encodings.rope2d import RoPE2D
+from ..encodings.rope_coords import COORD_DEFAULTS
+from ..encodings.rope_mixed import RoPEMixed
 
 #: ``rope_cfg['type']`` -> the module that gives ``(cos, sin)`` for a grid
 ROPE_TYPES = {'rope2d': RoPE2D, 'rope-mixed': RoPEMixed}
@@ -157,7 +157,7 @@ class iRPEMultiheadAttention(PEAttention):
                 tokens first). Required when RPE or RoPE is on.
             rope_pos (Tensor, optional): ``(bs, height * width, 2)`` or
                 ``(height * width, 2)`` token positions ``(y, x)`` for RoPE
-                (:class:`~mmpe.models.layers.rope_coords.RoPECoords`, one
+                (:class:`~mmpe.models.layers.RoPECoords`, one
                 per batch for every layer). None: integer token positions.
 
         Returns:

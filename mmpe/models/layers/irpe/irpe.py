@@ -4,8 +4,8 @@ Implements the bias and contextual modes (Eq. 13-17) of `Rethinking and
 Improving Relative Position Encoding for Vision Transformer
 <https://arxiv.org/abs/2107.14222>`_ (Wu et al., ICCV 2021): a thin module
 holding the encoding table; the (L, L) expansion of Eq. 26-28 is done by the
-plans of :mod:`~mmpe.models.layers.irpe_plans`, bucket ids come from
-:mod:`~mmpe.models.layers.irpe_index`.
+plans of :mod:`~mmpe.models.layers.irpe.plans`, bucket ids come from
+:mod:`~mmpe.models.layers.irpe.index`.
 """
 import json
 import math
@@ -16,12 +16,12 @@ from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from .arg_checks import check_choice, check_grid, check_positive_int
-from .cache import CacheInfo
-from .irpe_index import (INDEX_FUNCS, METHODS, get_bucket_ids_2d,
-                         get_num_buckets, max_index, num_buckets_per_table)
-from .irpe_plans import PLAN_CACHE
-from .irpe_terms import IRPETerm, bucket_lookup
+from ..common.arg_checks import check_choice, check_grid, check_positive_int
+from ..common.cache import CacheInfo
+from .index import (INDEX_FUNCS, METHODS, get_bucket_ids_2d, get_num_buckets,
+                    max_index, num_buckets_per_table)
+from .plans import PLAN_CACHE
+from .terms import IRPETerm, bucket_lookup
 
 @MODELS.register_module()
 class iRPE(BaseModule):
@@ -29,7 +29,7 @@ class iRPE(BaseModule):
 
     For a grid of ``height x width`` tokens after ``skip`` leading tokens
     (``L = skip + height * width``), every (query i, key j) pair has a bucket
-    ``b(i, j)`` (see :func:`~mmpe.models.layers.irpe_index.get_bucket_ids_2d`)
+    ``b(i, j)`` (see :func:`~mmpe.models.layers.irpe.index.get_bucket_ids_2d`)
     and the module returns the term it contributes to attention:
 
     * ``on='k'`` (Eq. 16, ``r^K``): ``x`` are the queries,

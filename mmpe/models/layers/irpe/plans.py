@@ -5,7 +5,7 @@ Position Encoding for Vision Transformer <https://arxiv.org/abs/2107.14222>`_
 (Wu et al., ICCV 2021), improved so that neither an ``(L, L, head_dim)``
 tensor nor (for the product method) an ``(L, L)`` gather index is needed.
 A plan is built once per (method, index, grid, device) from the per-axis
-tables of :func:`~mmpe.models.layers.irpe_index.axis_bucket_tables` and kept
+tables of :func:`~mmpe.models.layers.irpe.index.axis_bucket_tables` and kept
 in :data:`PLAN_CACHE`; the autograd functions make ``expand`` and
 ``reduce`` differentiable, each the other's backward.
 """
@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .cache import BoundedCache
-from .irpe_index import (axis_bucket_tables, max_index, relative_offsets_1d,
-                         spatial_bucket_ids)
-from .tracing import is_tracing
+from ..common.cache import BoundedCache
+from ..common.tracing import is_tracing
+from .index import (axis_bucket_tables, max_index, relative_offsets_1d,
+                    spatial_bucket_ids)
 
 # ---------------------------------------------------------------------------
 # Spatial plans: (N, L0, nbs) per-query bucket values <-> (N, L0, L0) terms.
@@ -41,7 +41,8 @@ class _BlockPlans:
     expansion, sliced per query; a block restricted to a range of keys (the
     iRPE term on queries of one chunk of query rows, read transposed) is a
     :class:`GatherPlan` over bucket ids built for that block from the
-    per-axis tables (:func:`~mmpe.models.layers.irpe_index.spatial_bucket_ids`),
+    per-axis tables
+    (:func:`~mmpe.models.layers.irpe.index.spatial_bucket_ids`),
     so no (L0, L0) id map is made.
     """
 
@@ -467,8 +468,8 @@ def get_offset_plan(height: int, width: int,
     Row id ``iy - jy + height - 1`` in ``[0, 2 height - 1)``, column id
     ``ix - jx + width - 1`` after the ``2 height - 1`` row ids: the
     per-axis lookups of ViTDet's decomposed relative position
-    (:mod:`~mmpe.models.layers.rel_pos`) expand with it exactly as iRPE's
-    cross method expands its buckets.
+    (:mod:`~mmpe.models.layers.decomposed.rel_pos`) expand with it
+    exactly as iRPE's cross method expands its buckets.
     """
 
     def build() -> CrossPlan:

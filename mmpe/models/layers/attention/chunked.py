@@ -5,7 +5,7 @@ For the attention of :class:`~mmpe.models.layers.PEAttention` (logits
 ``e = q k^T / sqrt(d) + sum_t T^t + m``, probabilities ``P = softmax(e)``,
 output ``O = P v + sum_t (value terms)``, with attention dropout on
 ``P`` where asked), the forward runs
-:func:`~mmpe.models.layers.attention_ops.attention_probs` - the explicit
+:func:`~mmpe.models.layers.attention.ops.attention_probs` - the explicit
 backend's step - on ``R`` query rows at a time, so only a
 ``(B, H, R, L)`` block of logits ever exists, and saves ``q``, ``k``,
 ``v``, the relative terms' small tensors (their per-bucket lookups,
@@ -42,9 +42,9 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .attention_ops import attention_probs, softmax_backward_
-from .attention_terms import (RelativeTerm, build_terms, encode_terms,
-                              split_terms)
+from ..terms.relative_term import (RelativeTerm, build_terms, encode_terms,
+                                   split_terms)
+from .ops import attention_probs, softmax_backward_
 
 #: Query rows per chunk of the automatic rule: a (B, H, R, L) block stays
 #: in cache (measured on CPU, docs/benchmark.md, "Long sequences").

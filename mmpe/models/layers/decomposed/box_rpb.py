@@ -40,8 +40,8 @@ from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from .arg_checks import check_choice, check_positive_int
-from .attention_terms import RelativeTerm, Rows, register_term
+from ..common.arg_checks import check_choice, check_positive_int
+from ..terms.relative_term import RelativeTerm, Rows, register_term
 
 #: reference kinds: ``'box'`` (x1, y1, x2, y2), ``'point'`` (x, y)
 RPB_MODES = ('box', 'point')

@@ -5,7 +5,7 @@ token grid, which changes with every batch of a detector. Each is kept in a
 :class:`BoundedCache` (least recently used out), keyed by everything it
 depends on, so a stream of sizes neither rebuilds every step nor grows.
 
-While a graph is traced (:func:`~mmpe.models.layers.tracing.is_tracing`) the
+While a graph is traced (:func:`~.tracing.is_tracing`) the
 cache is bypassed: the grid may be symbolic, and the tables become tensor
 ops of the graph, computed from the grid, instead of constants frozen at one
 size.

@@ -24,9 +24,9 @@ from mmdet.models.layers.transformer.utils import ConditionalAttention
 from mmdet.registry import MODELS
 from torch import Tensor
 
-from .arg_checks import check_choice, check_grid
-from .attention_terms import RelativeTerm
-from .pe_attention import PEAttention
+from ..common.arg_checks import check_choice, check_grid
+from ..terms.relative_term import RelativeTerm
+from .core import PEAttention
 
 #: backends of the core that run terms of a non-grid query side (the
 #: fused CPU kernel and FlexAttention take per-axis buckets of a query grid)
@@ -38,7 +38,8 @@ class CrossPEAttention(PEAttention):
 
     No terms of its own: the relative terms come with each call
     (``attend(..., terms=...)``), e.g. a
-    :class:`~mmpe.models.layers.box_rpb.AxisBiasTerm`. Holds no parameters.
+    :class:`~mmpe.models.layers.decomposed.box_rpb.AxisBiasTerm`. Holds no
+    parameters.
 
     Args:
         embed_dims (int): Channels of q / k (all heads).

@@ -18,8 +18,10 @@ where :math:`\\tilde q, \\tilde k` are the RoPE-rotated ``q, k`` (RoPE off:
 As in the authors' release, ``q`` is scaled before it meets ``r^K`` and ``k``
 before ``r^Q``. Instead of iRPE, the logits may get ViTDet's decomposed
 relative position ``q_i . R^h_{iy - jy} + q_i . R^w_{ix - jx}`` (MViTv2,
-Li et al. 2022, of the unscaled ``q``; :mod:`~mmpe.models.layers.rel_pos`). Every mmpe attention (the DETR encoder layers, the ViT
-backbone blocks) is a subclass that only adds its projections, so masks,
+Li et al. 2022, of the unscaled ``q``;
+:mod:`~mmpe.models.layers.decomposed.rel_pos`). Every mmpe attention (the
+DETR encoder layers, the ViT backbone blocks) is a subclass that only adds
+its projections, so masks,
 skip tokens, dropout and the backends below exist once.
 """
 import math
@@ -31,21 +33,18 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from .arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES, check_choice,
-                         check_grid)
-from .attention_ops import attention_probs, constant_bias
-from .attention_terms import RelativeTerm, split_terms
-from .backend_rule import AUTO_CHUNKED_FROM  # noqa: F401 (its old home)
+from ..common.arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES,
+                                 check_choice, check_grid)
+from ..common.tracing import is_exporting, is_tracing
+from ..decomposed.rel_pos import DecomposedRelPos
+from ..encodings.rope2d import apply_rope2d
+from ..irpe.irpe import iRPE
+from ..terms.relative_term import RelativeTerm, split_terms
 from .backend_rule import AttentionCall, auto_backend, cuda_free_bytes
-from .chunked_attention import relative_attention
-from .fused_attention import (FUSED_DTYPES, fused_attention,
-                              fused_unavailable_reason)
-from .irpe import iRPE
-from .irpe_flex import (FLEX_DTYPES, flex_unsupported_reason,
-                        irpe_flex_attention)
-from .rel_pos import DecomposedRelPos
-from .rope2d import apply_rope2d
-from .tracing import is_exporting, is_tracing
+from .chunked import relative_attention
+from .flex import FLEX_DTYPES, flex_unsupported_reason, irpe_flex_attention
+from .fused import FUSED_DTYPES, fused_attention, fused_unavailable_reason
+from .ops import attention_probs, constant_bias
 
 class PEAttention(BaseModule):
     """Attention core with iRPE terms, RoPE, key padding and skip tokens.
@@ -70,8 +69,8 @@ class PEAttention(BaseModule):
             ``F.scaled_dot_product_attention``.
 
             - ``'auto'``: the rule of
-              :mod:`~mmpe.models.layers.backend_rule`: on CPU ``'fused'``
-              where it applies; otherwise SDPA with the terms as a
+              :mod:`~mmpe.models.layers.attention.backend_rule`: on CPU
+              ``'fused'`` where it applies; otherwise SDPA with the terms as a
               constant mask (no gradient into them, no iRPE on values) or
               ``'explicit'`` below ``AUTO_CHUNKED_FROM`` tokens,
               ``'chunked'`` from there on; on CUDA the dense backend while
@@ -82,12 +81,12 @@ class PEAttention(BaseModule):
               for autograd's backward; inference as ``'auto'``.
             - ``'chunked'``: the same steps on ``chunk_size`` query rows at
               a time, with a backward that recomputes each chunk
-              (:mod:`~mmpe.models.layers.chunked_attention`): exact, no
+              (:mod:`~mmpe.models.layers.attention.chunked`): exact, no
               ``(B, H, L, L)`` tensor kept, in training and inference.
               Its attention dropout draws its own masks (redrawn, not
               stored, for the backward).
             - ``'fused'``: mmpe's CPU kernel
-              (:mod:`~mmpe.models.layers.fused_attention`): logits, term,
+              (:mod:`~mmpe.models.layers.attention.fused`): logits, term,
               mask and softmax of a cache-sized block of query rows in one
               pass, a backward that recomputes the blocks from the rows'
               log-sum-exp; no ``(L, L)`` tensor, the time of fused
@@ -103,7 +102,7 @@ class PEAttention(BaseModule):
               iRPE on values is not possible there (it needs the
               probabilities).
             - ``'flex'``: FlexAttention with the terms in a ``score_mod``
-              (:mod:`~mmpe.models.layers.irpe_flex`). Where it does not
+              (:mod:`~mmpe.models.layers.attention.flex`). Where it does not
               apply (iRPE on values, RoPE, an ``attn_mask``, attention
               dropout while training, no iRPE on q / k, a backward on CPU,
               another dtype, a failed compilation) the call runs
@@ -117,7 +116,7 @@ class PEAttention(BaseModule):
             unrotated. None: ``rpe_cfg['skip']`` or 0. Defaults to None.
         chunk_size (int, optional): Query rows per chunk of ``'chunked'``
             (and of ``'auto'`` when it chunks). None: automatic, about
-            :data:`~mmpe.models.layers.chunked_attention.CHUNK_ELEMENTS`
+            :data:`~mmpe.models.layers.attention.chunked.CHUNK_ELEMENTS`
             logits per chunk. Defaults to None.
         rel_pos_cfg (dict, optional): Arguments of
             :class:`~mmpe.models.layers.DecomposedRelPos` other than
@@ -351,7 +350,8 @@ class PEAttention(BaseModule):
                        call: Optional[AttentionCall] = None,
                        free_bytes: Optional[int] = None) -> str:
         """The backend that runs a call: ``impl`` (None: ``attn_impl``);
-        'auto': :func:`~mmpe.models.layers.backend_rule.auto_backend` of
+        'auto':
+        :func:`~mmpe.models.layers.attention.backend_rule.auto_backend` of
         ``call`` (None: ``length`` and ``needs_grad`` on CPU), ``flex_ok``,
         ``fused_ok`` (``_fused_reason`` is None) and ``free_bytes`` (CUDA).
         ``needs_grad``: a gradient flows into the relative terms.

@@ -16,7 +16,7 @@ Eq. 27-28 to every logit as the kernel produces it,
 (bias mode: the lookup is the table itself). The bucket ``beta(i, j)`` is not
 read from an (L, L) id map but recomputed in the kernel from the query and
 key coordinates and the small per-axis tables of
-:mod:`~mmpe.models.layers.irpe_index` (rows and columns, or the distance
+:mod:`~mmpe.models.layers.irpe.index` (rows and columns, or the distance
 table, of a square grid of the call's size bucket), so nothing of size
 ``L x L`` is
 stored: on CUDA neither forward nor backward, on CPU the forward (PyTorch
@@ -30,7 +30,7 @@ back to its explicit path for it (see its ``attn_impl``).
 Compilation: FlexAttention is only fused when compiled
 (``torch.compile(flex_attention)``; on CPU inductor emits C++ and needs a
 C++ compiler). Shapes are compiled statically (``dynamic=False``) and padded
-to a few size buckets (:mod:`~mmpe.models.layers.flex_shapes`): a new
+to a few size buckets (:mod:`~mmpe.models.layers.attention.flex_shapes`): a new
 (batch, bucket, dtype) costs one compilation (seconds on CPU), a new grid
 inside a bucket none.
 """
@@ -41,11 +41,11 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import Tensor
 
-from .cache import BoundedCache
+from ..common.cache import BoundedCache
+from ..irpe.index import axis_bucket_tables, max_index, num_buckets_per_table
+from ..irpe.irpe import iRPE
 from .flex_shapes import (FLEX_RECOMPILE_LIMIT, pad_tokens, padded_key_mask,
                           padded_length, table_side, tail_block_mask)
-from .irpe import iRPE
-from .irpe_index import axis_bucket_tables, max_index, num_buckets_per_table
 
 try:  # FlexAttention appeared in PyTorch 2.5
     from torch.nn.attention.flex_attention import \
@@ -73,7 +73,7 @@ def compiled_flex_attention() -> Callable:
     it imports dynamo, seconds, so not at import); dynamo keeps one kernel
     per (shapes, dtype, score_mod code), counted apart from other compiled
     regions (``isolate_recompiles``); past
-    :data:`~mmpe.models.layers.flex_shapes.FLEX_RECOMPILE_LIMIT` kernels a
+    :data:`~.flex_shapes.FLEX_RECOMPILE_LIMIT` kernels a
     call raises instead of running FlexAttention uncompiled.
     """
     if not FLEX_AVAILABLE:
@@ -107,7 +107,7 @@ def flex_unsupported_reason(device: torch.device,
 
 def _index_tables(rpe: iRPE, side: int,
                   device: torch.device) -> Dict[str, Tensor]:
-    """:func:`~mmpe.models.layers.irpe_index.axis_bucket_tables` of ``rpe``
+    """:func:`~mmpe.models.layers.irpe.index.axis_bucket_tables` of ``rpe``
     on a ``side x side`` grid, as int32 (cached). Entries depend on cell
     offsets only, so they serve every grid up to that size."""
     key = (rpe.method, rpe.index, rpe.ratio, rpe.max_distance, side, device)

@@ -1,0 +1,1 @@
+"""Floor 4: the attention core (PEAttention) and its backends."""

@@ -1,0 +1,1 @@
+"""Floor 5: the layouts around the core: mmcv (DETR) and timm (ViT)."""

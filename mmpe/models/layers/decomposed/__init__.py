@@ -1,0 +1,1 @@
+"""Floor 3: per-axis relative terms: decomposed relative position, BoxRPB."""

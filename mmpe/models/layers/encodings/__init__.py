@@ -1,0 +1,1 @@
+"""Floor 1: absolute, rotary and convolutional position encodings."""

@@ -1,0 +1,1 @@
+"""Floor 1: the relative-term interface every attention backend reads."""

@@ -1,0 +1,1 @@
+"""Floor 1: ViTDet's non-overlapping window layout (pure tensor ops)."""
