@@ -13,13 +13,15 @@ ViTDet's layout (Li et al., "Exploring Plain Vision Transformer Backbones
 for Object Detection", ECCV 2022, Sec. 3) is two more arguments:
 ``window_size`` (attention inside non-overlapping windows) and
 ``global_blocks`` (the blocks that stay global).
+
+Here the class (arguments, blocks, forward); the input stage (patch embedding,
+position encodings, padding masks) is ``vit_input.py``, the parameters'
+stages (lr decay, freezing) ``vit_stages.py``, the checks ``vit_args.py``.
 """
-import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmdet.registry import MODELS
 from mmengine.model import BaseModule
@@ -27,22 +29,18 @@ from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
 from ..layers.peg import PEG
-from ..layers.pos_embed_2d import SinCosPosEmbed2D, resample_pos_embed
-from ..layers.rope2d import RoPE2D
-from ..layers.rope_coords import RoPECoords
-from ..layers.rope_mixed import RoPEMixed
-from ..layers.tracing import is_tracing
 from ..layers.vit_block import ViTBlock
-from ..utils.padding_mask import token_padding_mask
 from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
                        parse_arch, parse_detectron2_options, parse_img_size,
                        parse_out_indices, parse_peg_positions,
                        parse_pos_encoding, parse_rel_pos_cfg, parse_rope_cfg,
                        parse_rpe_cfg, parse_window_layout)
+from .vit_input import ViTInputMixin
+from .vit_stages import ViTStagesMixin
 
 
 @MODELS.register_module()
-class CPVT(BaseModule):
+class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
     """CPVT backbone: a plain ViT with a switchable position encoding.
 
     A DeiT-style ViT (16 x 16 patch embedding, pre-norm blocks, LayerNorm)
@@ -274,8 +272,8 @@ class CPVT(BaseModule):
         rope_args, coord_cfg = parse_rope_cfg(rope_cfg, rope_theta,
                                               encodings)
         # resample_pos_embed's arguments of `pos_embed_interp`
-        self._resample = parse_detectron2_options(
-            window_padding, pos_embed_interp, encodings, window_size)
+        resample = parse_detectron2_options(window_padding, pos_embed_interp,
+                                            encodings, window_size)
 
         self.embed_dims = embed_dims
         self.depth = depth
@@ -293,30 +291,8 @@ class CPVT(BaseModule):
         self.pretrain_grid = (img_size[0] // patch_size,
                               img_size[1] // patch_size)
 
-        self.patch_embed = nn.Conv2d(
-            in_channels, embed_dims, patch_size, stride=patch_size)
-        self.cls_token = nn.Parameter(torch.zeros(
-            1, 1, embed_dims)) if use_cls_token else None
-        self.pos_embed = None
-        self.sincos = None
-        self.rope = None
-        if 'learnable' in encodings:
-            num_grid = self.pretrain_grid[0] * self.pretrain_grid[1]
-            self.pos_embed = nn.Parameter(
-                torch.zeros(1, self.num_skip + num_grid, embed_dims))
-        if 'sine' in encodings:
-            self.sincos = SinCosPosEmbed2D(embed_dims, sine_temperature)
-        if 'rope2d' in encodings:
-            self.rope = RoPE2D(embed_dims // num_heads, **rope_args)
-        self.ropes = nn.ModuleList(
-            RoPEMixed(embed_dims // num_heads, num_heads, **rope_args)
-            for _ in range(depth if 'rope-mixed' in encodings else 0))
-        # the RoPE token positions of a batch, made once for all blocks
-        # (None: integer indices, the rotary modules' own tables)
-        self.rope_coords = None
-        if coord_cfg is not None:
-            self.rope_coords = RoPECoords(**coord_cfg, prefix='rope_cfg.')
-        self.drop_after_pos = nn.Dropout(drop_rate)
+        self._init_input(in_channels, encodings, sine_temperature, rope_args,
+                         coord_cfg, drop_rate, resample)
 
         block_rpe_cfg, rpe_on = parse_rpe_cfg(rpe_cfg, encodings,
                                               self.num_skip)
@@ -379,70 +355,6 @@ class CPVT(BaseModule):
         if self.pos_embed is not None:
             trunc_normal_(self.pos_embed, std=.02)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Resample a learnable table saved for another grid (as DeiT)."""
-        key = prefix + 'pos_embed'
-        if self.pos_embed is not None and key in state_dict:
-            table = state_dict[key]
-            if table.shape != self.pos_embed.shape:
-                grid_len = table.shape[1] - self.num_skip
-                side = math.isqrt(grid_len)
-                if side * side == grid_len and table.shape[-1] == \
-                        self.embed_dims:
-                    state_dict[key] = resample_pos_embed(
-                        table, (side, side), self.pretrain_grid,
-                        self.num_skip, **self._resample)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    def param_layer_id(self, name: str) -> int:
-        """Depth of a parameter for layer-wise learning-rate decay.
-
-        As BEiT (Bao et al. 2022) and ViTDet's recipe (Li et al. 2022):
-        0 for the input (patch embedding, class token, position table),
-        ``i + 1`` for block i and what belongs to it (the PEG after it, its
-        RoPE-Mixed frequencies), ``depth + 1`` for the rest (final norm).
-
-        Args:
-            name (str): A name of :meth:`named_parameters`.
-
-        Returns:
-            int: In ``[0, depth + 1]``.
-        """
-        head, _, rest = name.partition('.')
-        if head in ('patch_embed', 'cls_token', 'pos_embed'):
-            return 0
-        if head in ('blocks', 'ropes'):
-            return int(rest.split('.')[0]) + 1
-        if head == 'pegs':
-            return self.peg_positions[int(rest.split('.')[0])] + 1
-        return self.depth + 1
-
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages < 0:
-            return
-        frozen: List[nn.Module] = [self.patch_embed]
-        params = [self.cls_token, self.pos_embed]
-        frozen += [self.blocks[i] for i in range(self.frozen_stages)]
-        frozen += list(self.ropes)[:self.frozen_stages]
-        frozen += [
-            peg for pos, peg in zip(self.peg_positions, self.pegs)
-            if pos < self.frozen_stages
-        ]
-        if self.frozen_stages == self.depth:
-            frozen.append(self.norm)
-        for module in frozen:
-            module.eval()
-            for param in module.parameters():
-                param.requires_grad = False
-        for param in params:
-            if param is not None:
-                param.requires_grad = False
-
-    def train(self, mode: bool = True) -> 'CPVT':
-        super().train(mode)
-        self._freeze_stages()
-        return self
-
     # ------------------------------------------------------------------ #
     def forward_tokens(
             self,
@@ -468,48 +380,8 @@ class CPVT(BaseModule):
     ) -> Tuple[List[Tensor], Tuple[int, int], Optional[Tensor]]:
         """:meth:`forward_tokens` and the ``(B, h, w)`` token padding mask
         (None: nothing padded)."""
-        b, _, H, W = x.shape
-        p = self.patch_size
-        # bottom/right zero padding keeps token coordinates of every pixel
-        x = F.pad(x, (0, (-W) % p, 0, (-H) % p))
-        x = self.patch_embed(x)
-        hw_shape = (x.shape[2], x.shape[3])
-        # (B, C, h, w) -> (B, h*w, C)
-        x = x.flatten(2).transpose(1, 2)
-
-        token_mask = None  # (B, h, w), True on padded tokens
-        if padding_mask is not None:
-            token_mask = token_padding_mask(padding_mask, self.patch_size,
-                                            hw_shape)
-            if not is_tracing() and not token_mask.any():
-                token_mask = None  # eager shortcut; a graph keeps the mask
-        key_mask = None  # (B, num_skip + h*w)
-        if token_mask is not None:
-            key_mask = F.pad(token_mask.flatten(1), (self.num_skip, 0))
-
-        if self.sincos is not None:
-            x = x + self.sincos(hw_shape, x.device, x.dtype)[None]
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(b, -1, -1), x], dim=1)
-        if self.pos_embed is not None:
-            x = x + resample_pos_embed(self.pos_embed, self.pretrain_grid,
-                                       hw_shape, self.num_skip,
-                                       **self._resample)
-        if token_mask is not None:
-            x = x.masked_fill(key_mask[..., None], 0.)
-        x = self.drop_after_pos(x)
-        # (B | 1, h*w, 2): positions of each image's valid extent (one
-        # augmentation draw for all blocks); None: integer indices
-        rope_pos = None
-        if self.rope_coords is not None:
-            rope_pos = self.rope_coords(
-                hw_shape,
-                None if token_mask is None else token_mask.flatten(1),
-                x.device, torch.float64
-                if x.dtype == torch.float64 else torch.float32)
-        rope = None
-        if self.rope is not None:
-            rope = self.rope(hw_shape, x.device, x.dtype, pos=rope_pos)
+        x, hw_shape, token_mask, key_mask, rope_pos, rope = self._embed(
+            x, padding_mask)
 
         pegs = dict(zip(self.peg_positions, self.pegs))
         tokens = []
