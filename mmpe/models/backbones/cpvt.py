@@ -30,11 +30,12 @@ from torch import Tensor
 
 from ..layers.peg import PEG
 from ..layers.vit_block import ViTBlock
-from .vit_args import (POS_ENCODINGS, check_positive, check_rates,
-                       parse_arch, parse_detectron2_options, parse_img_size,
+from ..utils.vit_pos_encodings import POS_ENCODINGS, parse_pos_encoding
+from .vit_args import (check_positive, check_rates, parse_arch,
+                       parse_detectron2_options, parse_img_size,
                        parse_out_indices, parse_peg_positions,
-                       parse_pos_encoding, parse_rel_pos_cfg, parse_rope_cfg,
-                       parse_rpe_cfg, parse_window_layout)
+                       parse_rel_pos_cfg, parse_rope_cfg, parse_rpe_cfg,
+                       parse_window_layout)
 from .vit_input import ViTInputMixin
 from .vit_stages import ViTStagesMixin
 
@@ -342,7 +343,6 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         return dict(cfg, input_size=(self.window_size, self.window_size))
 
     # ------------------------------------------------------------------ #
-    # weights
     def _init_default_weights(self) -> None:
         """DeiT initialisation: trunc-normal(0.02) linears and tables."""
         for m in self.blocks.modules():

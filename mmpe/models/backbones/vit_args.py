@@ -1,7 +1,9 @@
 """Argument checks of the plain-ViT backbone (:class:`CPVT`).
 
 Pure functions: each takes a user value and returns it normalised, or raises
-a ``ValueError`` naming the field, the value and the valid choices.
+a ``ValueError`` naming the field, the value and the valid choices. The
+``pos_encoding`` vocabulary and its parser, which the weight converters share,
+are :mod:`mmpe.models.utils.vit_pos_encodings`.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -9,45 +11,7 @@ from ..layers.arg_checks import RPE_ON_CHOICES, check_choice
 from ..layers.pos_embed_2d import POS_EMBED_INTERPS
 from ..layers.rope_coords import COORD_DEFAULTS, ROPE_ARGS
 from ..layers.window import WINDOW_PADDINGS
-
-#: Every position encoding of the backbone, by the place it acts.
-ABSOLUTE_ENCODINGS = ('learnable', 'sine')
-ATTENTION_ENCODINGS = ('rope2d', 'rope-mixed', 'irpe', 'rel-pos')
-POS_ENCODINGS = ('peg', 'none') + ABSOLUTE_ENCODINGS + ATTENTION_ENCODINGS
-
-
-def parse_pos_encoding(
-        pos_encoding: Union[str, Sequence[str]]) -> Tuple[str, ...]:
-    """Normalise ``pos_encoding`` to a tuple of encodings that compose.
-
-    One name, or a list composing at most one absolute encoding
-    (:data:`ABSOLUTE_ENCODINGS`), ``'peg'``, and at most one encoding inside
-    attention (:data:`ATTENTION_ENCODINGS`); e.g. the iRPE authors' DeiT is
-    ``('learnable', 'irpe')``. ``'none'`` stands alone and gives ``()``.
-    """
-    names = (pos_encoding, ) if isinstance(pos_encoding, str) else pos_encoding
-    if not isinstance(names, (list, tuple)) or not names:
-        raise ValueError(f'Unsupported `pos_encoding` {pos_encoding!r}, '
-                         f'please choose from {POS_ENCODINGS} or a list of '
-                         'them')
-    for name in names:
-        if name not in POS_ENCODINGS:
-            raise ValueError(f'Unsupported `pos_encoding` entry {name!r}, '
-                             f'please choose from {POS_ENCODINGS}')
-    if len(set(names)) != len(names):
-        raise ValueError(f'`pos_encoding` {pos_encoding!r} names an encoding '
-                         'twice')
-    if 'none' in names:
-        if len(names) > 1:
-            raise ValueError(f"`pos_encoding` {pos_encoding!r}: 'none' "
-                             'cannot be combined with other encodings')
-        return ()
-    for group in (ABSOLUTE_ENCODINGS, ATTENTION_ENCODINGS):
-        if len([n for n in names if n in group]) > 1:
-            raise ValueError(
-                f'`pos_encoding` {pos_encoding!r} combines more than one of '
-                f'{group}; choose one of them')
-    return tuple(names)
+from ..utils.vit_pos_encodings import ATTENTION_ENCODINGS
 
 
 def parse_rpe_cfg(rpe_cfg: Optional[dict], encodings: Tuple[str, ...],

@@ -12,7 +12,7 @@ from typing import Dict, Sequence, Union
 import torch
 from torch import Tensor
 
-from ..backbones.vit_args import parse_pos_encoding
+from .vit_pos_encodings import parse_pos_encoding
 
 
 def timm_vit_to_cpvt(

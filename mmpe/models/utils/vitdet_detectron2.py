@@ -310,18 +310,17 @@ def check_shapes(converted: Dict[str, Tensor],
     """Raise unless ``converted`` has exactly the keys and shapes of the
     CPVT (and ViTSimpleFPN) that ``config`` builds (built on the meta
     device: no memory, no initialisation cost)."""
+    from mmdet.registry import MODELS
     from mmengine.registry import DefaultScope
 
-    from ..backbones.cpvt import CPVT
-    from ..necks.simple_fpn import ViTSimpleFPN
     want = {}
-    # the norm layers by name from mmdet's registry (LayerNorm2d)
+    # the modules by name from mmdet's registry (as a config builds them;
+    # LayerNorm2d too), not imported: models/utils is below them
     with torch.device('meta'), DefaultScope.overwrite_default_scope('mmdet'):
-        for prefix, cls in (('backbone', CPVT), ('neck', ViTSimpleFPN)):
+        for prefix, name in (('backbone', 'CPVT'), ('neck', 'ViTSimpleFPN')):
             if config.get(prefix) is None:
                 continue
-            args = {k: v for k, v in config[prefix].items() if k != 'type'}
-            model = cls(**args)
+            model = MODELS.build(dict(config[prefix], type=name))
             want.update({f'{prefix}.{k}': tuple(v.shape)
                          for k, v in model.state_dict().items()})
     missing = sorted(set(want) - set(converted))
