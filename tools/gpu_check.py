@@ -13,8 +13,8 @@ Without CUDA it prints one line and exits 0. With CUDA, in order:
    C5 grids of DETR's 150-epoch recipe (output, gradients of q, k, v and
    of the iRPE tables; float32, no TF32), with the compilations they cost.
 3. The memory estimates of the ``'auto'`` rule
-   (``mmpe/models/layers/attention/backend_rule.py``) against the measured peak of
-   each backend (``torch.cuda.max_memory_allocated``) on a DETR encoder
+   (``mmpe/models/layers/attention/backend_rule.py``) against the measured
+   peak of each backend (``torch.cuda.max_memory_allocated``) on a DETR encoder
    call, and the backend ``'auto'`` picks here.
 4. The long-sequence benchmark (``tools/benchmark/attention.py --long
    --device cuda``) and the backbone benchmark

@@ -41,8 +41,9 @@ ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from mmpe.models.layers.irpe.index import (clip_index, get_bucket_ids_2d,
-                                           max_index, num_buckets_per_table,
+from mmpe.models.layers.irpe.buckets import get_bucket_ids_2d
+from mmpe.models.layers.irpe.index import (clip_index, max_index,
+                                           num_buckets_per_table,
                                            piecewise_index, ratio_to_abg)
 
 

@@ -25,12 +25,13 @@ from .encodings.pos_embed_2d import (SinCosPosEmbed2D,
 from .encodings.rope2d import RoPE2D, apply_rope2d, build_rope2d
 from .encodings.rope_coords import RoPECoords
 from .encodings.rope_mixed import RoPEMixed, init_mixed_freqs
-from .irpe.index import (axis_bucket_tables, clip_index, get_bucket_ids_2d,
-                         get_num_buckets, num_buckets_per_table,
+from .irpe.buckets import axis_bucket_tables, get_bucket_ids_2d
+from .irpe.index import (clip_index, get_num_buckets, num_buckets_per_table,
                          piecewise_index, ratio_to_abg, relative_index_1d)
 from .irpe.irpe import iRPE
 from .irpe.terms import IRPETerm
-from .terms.relative_term import AxisValues, RelativeTerm, register_term
+from .terms.registry import register_term
+from .terms.relative_term import AxisValues, RelativeTerm
 from .windows.window import (merge_windows, partition_grid, unpartition_grid,
                              window_grid, window_key_mask, window_table,
                              window_tokens)

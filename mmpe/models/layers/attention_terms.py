@@ -1,4 +1,4 @@
-"""Moved to :mod:`mmpe.models.layers.terms.relative_term` (path kept)."""
-from .terms.relative_term import (TERM_KINDS, AxisValues, RelativeTerm, Rows,
-                                  build_terms, encode_terms, register_term,
-                                  split_terms)
+"""Kept old path (docs name it) of :mod:`.terms` (relative_term, registry)."""
+from .terms.registry import (TERM_KINDS, build_terms, encode_terms,
+                             register_term)
+from .terms.relative_term import AxisValues, RelativeTerm, Rows, split_terms

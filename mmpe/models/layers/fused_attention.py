@@ -1,4 +1,4 @@
-"""Moved to :mod:`mmpe.models.layers.attention.fused` (this path is kept)."""
+"""Kept old path (docs name it) of :mod:`.attention.fused`."""
 from .attention.fused import (BLOCK_ELEMENTS, FUSED_DTYPES, KERNEL_ISA_ENV,
                               KERNEL_ISAS, MIN_BLOCK_ROWS, choose_kernel_isa,
                               compute_dtype, fused_attention,

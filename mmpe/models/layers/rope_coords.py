@@ -1,4 +1,4 @@
-"""Moved to :mod:`mmpe.models.layers.encodings.rope_coords` (path kept)."""
+"""Kept old path (docs name it) of :mod:`.encodings.rope_coords`."""
 from .encodings.rope_coords import (COORD_DEFAULTS, COORDS_CHOICES,
                                     NORMALIZE_CHOICES, NORMALIZED_SCALE,
                                     ROPE_ARGS, RoPECoords, augment_coords,

@@ -340,9 +340,8 @@ def test_all_padded_row_matches(impl):
 
 
 def test_term_kinds_are_registered_once():
-    from mmpe.models.layers.terms.relative_term import (TERM_KINDS,
-                                                        RelativeTerm,
-                                                        register_term)
+    from mmpe.models.layers.terms.registry import TERM_KINDS, register_term
+    from mmpe.models.layers.terms.relative_term import RelativeTerm
     assert 'irpe' in TERM_KINDS
 
     class Other(RelativeTerm):
@@ -455,7 +454,7 @@ class _WithDecomposed(PEAttention):
 
 @pytest.fixture
 def decomposed_kind():
-    from mmpe.models.layers.terms.relative_term import TERM_KINDS
+    from mmpe.models.layers.terms.registry import TERM_KINDS
     register_term(_DecomposedRelPos)
     yield
     TERM_KINDS.pop(_DecomposedRelPos.kind)

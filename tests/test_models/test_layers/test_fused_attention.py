@@ -16,9 +16,8 @@ import warnings
 import pytest
 import torch
 
-from mmpe.models.layers import PEAttention, RoPE2D, ViTAttention
-from mmpe.models.layers import AxisValues
-from mmpe.models.layers.attention import core as pe_attention
+from mmpe.models.layers import AxisValues, PEAttention, RoPE2D, ViTAttention
+from mmpe.models.layers.attention import backends, core
 from mmpe.models.layers.attention import fused as fused_module
 from mmpe.models.layers.attention.fused import (fused_attention,
                                                 fused_unavailable_reason)
@@ -74,13 +73,13 @@ class _Count:
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        real = pe_attention.fused_attention
+        real = core.fused_attention
 
         def counted(*args, **kwargs):
             self.calls += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(pe_attention, 'fused_attention', counted)
+        monkeypatch.setattr(core, 'fused_attention', counted)
 
 
 # ---------------------------------------------------------------- kernel
@@ -482,7 +481,7 @@ def test_auto_runs_the_kernel(monkeypatch):
 def test_without_the_kernel_the_other_backends_run(monkeypatch):
     """An installation without the compiled kernel: 'auto' keeps the
     earlier rule and 'fused' falls back to chunked, naming why."""
-    monkeypatch.setattr(pe_attention, 'fused_unavailable_reason',
+    monkeypatch.setattr(backends, 'fused_unavailable_reason',
                         lambda: 'the compiled kernel mmpe._ext is not built')
     count = _Count(monkeypatch)
     cfg = dict(mode='contextual', method='product', ratio=1.0, init='xavier')

@@ -8,7 +8,7 @@ import torch
 
 from mmdet.registry import MODELS
 from mmpe.models.layers import iRPE
-from mmpe.models.layers.irpe.index import get_bucket_ids_2d
+from mmpe.models.layers.irpe.buckets import get_bucket_ids_2d
 
 # float64 reference vs the module in float64: only summation order differs
 _F64_ATOL = 1e-10

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmpe.models.layers import PEAttention, iRPE, iRPEMultiheadAttention
-from mmpe.models.layers.attention import core as attn_mod
+from mmpe.models.layers.attention import backends, core
 from mmpe.models.layers.attention import ops as attention_ops
 from mmpe.models.layers.attention.backend_rule import AUTO_CHUNKED_FROM
 from mmpe.models.layers.attention.flex import (FLEX_AVAILABLE,
@@ -126,7 +126,7 @@ def eager_flex(monkeypatch):
         calls.append(args)
         return irpe_flex_attention(*args, **kwargs, compiled=False)
 
-    monkeypatch.setattr(attn_mod, 'irpe_flex_attention', spy)
+    monkeypatch.setattr(backends, 'irpe_flex_attention', spy)
     return calls
 
 
@@ -273,7 +273,7 @@ def test_compile_failure_falls_back_once(monkeypatch):
         calls.append(1)
         raise RuntimeError('no C++ compiler')
 
-    monkeypatch.setattr(attn_mod, 'irpe_flex_attention', broken)
+    monkeypatch.setattr(backends, 'irpe_flex_attention', broken)
     x, pos, mask = _inputs()
     m = _module('flex')
     with torch.no_grad():
@@ -391,15 +391,15 @@ def test_cuda_auto_trains_with_flex_when_memory_is_short(
     kernel when it does not (free memory 0), equal to the explicit
     backend."""
     calls = []
-    real = attn_mod.irpe_flex_attention
+    real = backends.irpe_flex_attention
 
     def spy(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attn_mod, 'irpe_flex_attention', spy)
+    monkeypatch.setattr(backends, 'irpe_flex_attention', spy)
     if free is not None:
-        monkeypatch.setattr(attn_mod, 'cuda_free_bytes', lambda dev: free)
+        monkeypatch.setattr(core, 'cuda_free_bytes', lambda dev: free)
     grid = (32, AUTO_CHUNKED_FROM // 32)
     explicit, _ = _cores('qk', 'contextual', 'product', 0, True)
     torch.manual_seed(0)

@@ -6,13 +6,14 @@ from typing import Optional, Tuple, Union
 import pytest
 import torch
 
-from mmpe.models.layers.irpe.index import (METHODS, axis_bucket_tables,
-                                           clip_index, get_bucket_ids_2d,
+from mmpe.models.layers.irpe.buckets import (axis_bucket_tables,
+                                             get_bucket_ids_2d,
+                                             spatial_bucket_ids)
+from mmpe.models.layers.irpe.index import (METHODS, clip_index,
                                            get_num_buckets, max_index,
                                            num_buckets_per_table,
                                            piecewise_index, ratio_to_abg,
-                                           relative_index_1d,
-                                           spatial_bucket_ids)
+                                           relative_index_1d)
 
 # Ratios whose Eq. 18 values have no rounding ties on the tested distances,
 # so the float64 reference below and the float32 implementation (as the

@@ -1,5 +1,5 @@
-"""RoPE token coordinates (``mmpe/models/layers/encodings/rope_coords.py``): DINOv3's
-normalised patch centres per image of a padded batch, its training-time
+"""RoPE token coordinates (``mmpe/models/layers/encodings/rope_coords.py``):
+DINOv3's normalised patch centres per image of a padded batch, its training-time
 augmentations, and the rotary tables built from them.
 
 Expected values come from loops written here from DINOv3's definition

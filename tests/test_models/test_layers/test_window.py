@@ -1,5 +1,5 @@
-"""The window layout (mmpe.models.layers.windows.window) against loops over windows
-and tokens written here: token partition and merge, the key mask, and
+"""The window layout (mmpe.models.layers.windows.window) against loops over
+windows and tokens written here: token partition and merge, the key mask, and
 per-token tables of every layout (shared, per head, per image, per image
 and head)."""
 import pytest

@@ -42,8 +42,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..terms.relative_term import (RelativeTerm, build_terms, encode_terms,
-                                   split_terms)
+from ..terms.registry import build_terms, encode_terms
+from ..terms.relative_term import RelativeTerm, split_terms
 from .ops import attention_probs, softmax_backward_
 
 #: Query rows per chunk of the automatic rule: a (B, H, R, L) block stays

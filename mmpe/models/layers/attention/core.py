@@ -25,11 +25,9 @@ its projections, so masks,
 skip tokens, dropout and the backends below exist once.
 """
 import math
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import Tensor
 
@@ -39,18 +37,20 @@ from ..common.tracing import is_exporting, is_tracing
 from ..decomposed.rel_pos import DecomposedRelPos
 from ..encodings.rope2d import apply_rope2d
 from ..irpe.irpe import iRPE
-from ..terms.relative_term import RelativeTerm, split_terms
-from .backend_rule import AttentionCall, auto_backend, cuda_free_bytes
+from ..terms.relative_term import RelativeTerm
+from .backend_rule import AttentionCall, cuda_free_bytes
+from .backends import AttentionBackends
 from .chunked import relative_attention
-from .flex import FLEX_DTYPES, flex_unsupported_reason, irpe_flex_attention
-from .fused import FUSED_DTYPES, fused_attention, fused_unavailable_reason
-from .ops import attention_probs, constant_bias
+from .fused import fused_attention
+from .ops import additive_mask
 
-class PEAttention(BaseModule):
+
+class PEAttention(AttentionBackends, BaseModule):
     """Attention core with iRPE terms, RoPE, key padding and skip tokens.
 
     Subclasses own the projections (and with them a checkpoint layout) and
-    call :meth:`attend` with ``(B, H, L, head_dim)`` tensors.
+    call :meth:`attend` with ``(B, H, L, head_dim)`` tensors; which backend
+    runs a call, and how, is :class:`~.backends.AttentionBackends`.
 
     Args:
         embed_dims (int): Channels C of the tokens.
@@ -333,42 +333,13 @@ class PEAttention(BaseModule):
                 and (needs_grad or q.requires_grad or k.requires_grad
                      or v.requires_grad)):
             # a compiled training step: the explicit arithmetic as one
-            # opaque op (in-place kernels, see chunked_attention.py)
+            # opaque op (in-place kernels, see chunked.py)
             return relative_attention(q_logits, k, v, mask, terms, height,
                                       width, save_probs=True,
                                       dropout_p=self._dropout_p())
         # a separate product, as always (shared with the terms, autograd
         # would sum the gradients of q in another order)
         return self._explicit(q * scale, k, v, terms, mask)
-
-    def select_backend(self,
-                       length: int,
-                       needs_grad: bool,
-                       flex_ok: bool = False,
-                       impl: Optional[str] = None,
-                       fused_ok: bool = False,
-                       call: Optional[AttentionCall] = None,
-                       free_bytes: Optional[int] = None) -> str:
-        """The backend that runs a call: ``impl`` (None: ``attn_impl``);
-        'auto':
-        :func:`~mmpe.models.layers.attention.backend_rule.auto_backend` of
-        ``call`` (None: ``length`` and ``needs_grad`` on CPU), ``flex_ok``,
-        ``fused_ok`` (``_fused_reason`` is None) and ``free_bytes`` (CUDA).
-        ``needs_grad``: a gradient flows into the relative terms.
-        Returns ``'sdpa'``, ``'explicit'``, ``'chunked'``, ``'fused'`` or
-        ``'flex'``."""
-        impl = self.attn_impl if impl is None else impl
-        if not self.has_relative_terms:
-            return 'sdpa'
-        if impl == 'fused':
-            return 'fused' if fused_ok else 'chunked'
-        if impl in ('sdpa', 'flex', 'chunked'):
-            return impl
-        if call is None:
-            call = AttentionCall(length, needs_grad, self.rpe_v is not None)
-        if impl == 'explicit':
-            return 'explicit' if needs_grad or call.values_term else 'sdpa'
-        return auto_backend(call, flex_ok, fused_ok, free_bytes)
 
     # ------------------------------------------------------------------
     # relative terms
@@ -408,123 +379,6 @@ class PEAttention(BaseModule):
             terms.append(self.rpe_v.term(qs, height, width))
         return terms
 
-    def _dropout_p(self) -> float:
-        return self.attn_drop_prob if self.training else 0.0
-
-    # ------------------------------------------------------------------
-    # backends
-    # ------------------------------------------------------------------
-    def _explicit(self, qs: Tensor, k: Tensor, v: Tensor,
-                  terms: List[RelativeTerm],
-                  mask: Optional[Tensor]) -> Tensor:
-        """(B, H, L, L) logits of the scaled queries ``qs`` with the terms
-        added in place, softmax, and the value terms; autograd's
-        backward."""
-        logit_terms, value_terms = split_terms(terms)
-        attn = attention_probs(qs, k, logit_terms, mask)
-        drop = self._dropout_p()
-        if drop > 0:
-            attn = F.dropout(attn, drop, True)
-        out = attn @ v  # (B, H, L, head_dims)
-        for term in value_terms:
-            out = out + term.out_rows(attn, None)
-        return out
-
-    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor,
-              terms: List[RelativeTerm], attn_mask: Optional[Tensor],
-              key_padding_mask: Optional[Tensor], scale: float,
-              needs_grad: bool) -> Tensor:
-        """The logit terms and masks as the float mask of SDPA."""
-        dense = [term.dense() for term in terms]
-        mask = additive_mask(attn_mask, key_padding_mask, q)
-        if needs_grad:
-            # out of place: autograd forbids in-place adds to the views the
-            # iRPE expansion returns
-            bias = mask
-            for term, _ in dense:
-                bias = term if bias is None else bias + term
-        else:
-            bias = constant_bias(dense, mask)
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=self._dropout_p(),
-            scale=scale)
-
-    def _flex(self, q: Tensor, k: Tensor, v: Tensor,
-              attn_mask: Optional[Tensor],
-              key_padding_mask: Optional[Tensor], scale: float, height: int,
-              width: int, has_rope: bool) -> Optional[Tensor]:
-        """The fused path, or None (with a warning) where it does not apply.
-        """
-        reason = self._flex_reason(q, k, v, attn_mask)
-        if has_rope:
-            reason = 'RoPE is not supported'
-        if reason is None:
-            try:
-                return irpe_flex_attention(q.contiguous(), k.contiguous(),
-                                           v.contiguous(), height, width,
-                                           self.rpe_k, self.rpe_q,
-                                           key_padding_mask, scale)
-            except torch.OutOfMemoryError:
-                raise
-            except Exception as e:  # compilation (no compiler, inductor bug)
-                self._flex_failed.add((q.device.type, q.dtype))
-                reason = (f'FlexAttention failed on {q.device.type} '
-                          f'({type(e).__name__}: {str(e)[:200]})')
-        fallback = 'chunked' if self.attn_impl == 'auto' else 'explicit'
-        self._warn_once(f"{type(self).__name__} attn_impl="
-                        f"{self.attn_impl!r} falls back to the {fallback} "
-                        f'backend: {reason}')
-        return None
-
-    def _flex_reason(self, q: Tensor, k: Tensor, v: Tensor,
-                     attn_mask: Optional[Tensor]) -> Optional[str]:
-        """Why the fused path does not apply to this call, or None."""
-        if self.rel_pos is not None:
-            return 'the decomposed relative position is not supported'
-        if self.rpe_k is None and self.rpe_q is None:
-            return 'no iRPE on queries or keys'
-        if self.rpe_v is not None:
-            return 'iRPE on values needs the attention probabilities'
-        if attn_mask is not None:
-            return '`attn_mask` is not supported'
-        if self.training and self.attn_drop_prob > 0:
-            return 'attention dropout is not supported'
-        if q.dtype not in FLEX_DTYPES:
-            return f'dtype {q.dtype} is not supported'
-        if (q.device.type, q.dtype) in self._flex_failed:
-            return f'compilation failed before on {q.device.type}'
-        requires_grad = torch.is_grad_enabled() and (
-            q.requires_grad or k.requires_grad or v.requires_grad or any(
-                rpe.table.requires_grad
-                for rpe in (self.rpe_k, self.rpe_q) if rpe is not None))
-        return flex_unsupported_reason(q.device, requires_grad)
-
-    def _fused_reason(self, q: Tensor,
-                      terms: Sequence[RelativeTerm]) -> Optional[str]:
-        """Why the fused CPU kernel does not apply to this call, or None."""
-        reason = fused_unavailable_reason()
-        if reason is not None:
-            return reason
-        if is_exporting():
-            return 'exported graphs hold standard ops only'
-        if q.device.type != 'cpu':
-            return f'it runs on CPU, not {q.device.type}'
-        if q.dtype not in FUSED_DTYPES:
-            return f'dtype {q.dtype} is not supported'
-        if self.training and self.attn_drop_prob > 0:
-            return 'attention dropout is not supported'
-        if any(term.axis_layout is None for term in terms) or len(
-                {term.axis_on for term in terms}) != len(terms):
-            return ('it takes terms over per-axis buckets, one per role '
-                    '(iRPE product / cross on queries, keys and values, or '
-                    'the decomposed relative position)')
-        return None
-
-    def _warn_once(self, msg: str) -> None:
-        if msg not in self._warned:
-            self._warned.add(msg)
-            warnings.warn(msg, stacklevel=4)
-
     def _check_grid(self, q: Tensor, k: Tensor,
                     spatial_shape: Optional[Sequence[int]]) -> Tuple[int, int]:
         if spatial_shape is None:
@@ -541,35 +395,3 @@ class PEAttention(BaseModule):
                 f'means {expected} tokens, but query has {q.shape[2]} and '
                 f'key has {k.shape[2]}')
         return height, width
-
-
-def additive_mask(attn_mask: Optional[Tensor],
-                  key_padding_mask: Optional[Tensor],
-                  like: Tensor) -> Optional[Tensor]:
-    """One float mask (0 / -inf, plus a float ``attn_mask``) that
-    broadcasts to (B, H, L_q, L_k), in the dtype of ``like``.
-
-    Args:
-        attn_mask (Tensor, optional): (L_q, L_k) bool (True = not allowed)
-            or additive float.
-        key_padding_mask (Tensor, optional): (B, L_k) bool, True at padding.
-        like (Tensor): Gives dtype and device.
-
-    Returns:
-        Tensor | None: None when both masks are None.
-    """
-    mask = None
-    if key_padding_mask is not None:
-        # (B, L_k) -> (B, 1, 1, L_k)
-        kpm = key_padding_mask[:, None, None, :].bool()
-        mask = torch.zeros(
-            kpm.shape, dtype=like.dtype,
-            device=like.device).masked_fill_(kpm, float('-inf'))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros(
-                attn_mask.shape, dtype=like.dtype,
-                device=like.device).masked_fill_(attn_mask, float('-inf'))
-        attn_mask = attn_mask.to(like.dtype)
-        mask = attn_mask if mask is None else mask + attn_mask
-    return mask

@@ -42,7 +42,8 @@ import torch
 from torch import Tensor
 
 from ..common.cache import BoundedCache
-from ..irpe.index import axis_bucket_tables, max_index, num_buckets_per_table
+from ..irpe.buckets import axis_bucket_tables
+from ..irpe.index import max_index, num_buckets_per_table
 from ..irpe.irpe import iRPE
 from .flex_shapes import (FLEX_RECOMPILE_LIMIT, pad_tokens, padded_key_mask,
                           padded_length, table_side, tail_block_mask)
@@ -107,7 +108,7 @@ def flex_unsupported_reason(device: torch.device,
 
 def _index_tables(rpe: iRPE, side: int,
                   device: torch.device) -> Dict[str, Tensor]:
-    """:func:`~mmpe.models.layers.irpe.index.axis_bucket_tables` of ``rpe``
+    """:func:`~mmpe.models.layers.irpe.buckets.axis_bucket_tables` of ``rpe``
     on a ``side x side`` grid, as int32 (cached). Entries depend on cell
     offsets only, so they serve every grid up to that size."""
     key = (rpe.method, rpe.index, rpe.ratio, rpe.max_distance, side, device)

@@ -1,7 +1,8 @@
-"""Kernels of :class:`~mmpe.models.layers.PEAttention`: the constant float
-mask of SDPA, the masked softmax (in place on CPU) and its backward, and
-the attention step on a range of query rows that the explicit backend runs
-on all rows and the chunked backend on one chunk at a time."""
+"""Kernels of :class:`~mmpe.models.layers.PEAttention`: the additive mask of
+key padding and ``attn_mask``, the constant float mask of SDPA, the masked
+softmax (in place on CPU) and its backward, and the attention step on a
+range of query rows that the explicit backend runs on all rows and the
+chunked backend on one chunk at a time."""
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -109,6 +110,38 @@ def masked_softmax(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
     if is_tracing():
         return torch.softmax(logits if mask is None else logits + mask, -1)
     return _MaskedSoftmax.apply(logits, mask)
+
+
+def additive_mask(attn_mask: Optional[Tensor],
+                  key_padding_mask: Optional[Tensor],
+                  like: Tensor) -> Optional[Tensor]:
+    """One float mask (0 / -inf, plus a float ``attn_mask``) that
+    broadcasts to (B, H, L_q, L_k), in the dtype of ``like``.
+
+    Args:
+        attn_mask (Tensor, optional): (L_q, L_k) bool (True = not allowed)
+            or additive float.
+        key_padding_mask (Tensor, optional): (B, L_k) bool, True at padding.
+        like (Tensor): Gives dtype and device.
+
+    Returns:
+        Tensor | None: None when both masks are None.
+    """
+    mask = None
+    if key_padding_mask is not None:
+        # (B, L_k) -> (B, 1, 1, L_k)
+        kpm = key_padding_mask[:, None, None, :].bool()
+        mask = torch.zeros(
+            kpm.shape, dtype=like.dtype,
+            device=like.device).masked_fill_(kpm, float('-inf'))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(
+                attn_mask.shape, dtype=like.dtype,
+                device=like.device).masked_fill_(attn_mask, float('-inf'))
+        attn_mask = attn_mask.to(like.dtype)
+        mask = attn_mask if mask is None else mask + attn_mask
+    return mask
 
 
 def mask_rows(mask: Optional[Tensor], rows: Rows) -> Optional[Tensor]:

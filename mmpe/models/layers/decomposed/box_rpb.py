@@ -41,7 +41,8 @@ from mmengine.model import BaseModule
 from torch import Tensor, nn
 
 from ..common.arg_checks import check_choice, check_positive_int
-from ..terms.relative_term import RelativeTerm, Rows, register_term
+from ..terms.registry import register_term
+from ..terms.relative_term import RelativeTerm, Rows
 
 #: reference kinds: ``'box'`` (x1, y1, x2, y2), ``'point'`` (x, y)
 RPB_MODES = ('box', 'point')

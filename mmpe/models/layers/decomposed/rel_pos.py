@@ -39,7 +39,7 @@ Conventions taken from the released code (detectron2
 
 The per-axis lookups ``qs @ R^T`` and their expansion to the ``(L, L)``
 logits are those of iRPE's cross method (a gather per axis and a broadcast
-add, :func:`~mmpe.models.layers.irpe.plans.get_offset_plan`), computed by
+add, :func:`~mmpe.models.layers.irpe.plan_cache.get_offset_plan`), computed by
 the term for the query rows at hand, so every backend of
 :class:`~mmpe.models.layers.PEAttention` runs it unchanged. Class tokens
 are not supported (ViTDet has none).
@@ -54,9 +54,11 @@ from mmengine.model import BaseModule
 from torch import Tensor, nn
 
 from ..common.arg_checks import check_choice, check_grid, check_positive_int
-from ..irpe.plans import Expand, get_offset_plan
+from ..irpe.plan_cache import get_offset_plan
+from ..irpe.plan_ops import Expand
 from ..irpe.terms import bucket_lookup, lookup_backward
-from ..terms.relative_term import AxisValues, RelativeTerm, Rows, register_term
+from ..terms.registry import register_term
+from ..terms.relative_term import AxisValues, RelativeTerm, Rows
 
 
 def resize_rel_pos(table: Tensor, length: int) -> Tensor:

@@ -18,9 +18,10 @@ from torch import Tensor, nn
 
 from ..common.arg_checks import check_choice, check_grid, check_positive_int
 from ..common.cache import CacheInfo
-from .index import (INDEX_FUNCS, METHODS, get_bucket_ids_2d, get_num_buckets,
-                    max_index, num_buckets_per_table)
-from .plans import PLAN_CACHE
+from .buckets import get_bucket_ids_2d
+from .index import (INDEX_FUNCS, METHODS, get_num_buckets, max_index,
+                    num_buckets_per_table)
+from .plan_cache import PLAN_CACHE
 from .terms import IRPETerm, bucket_lookup
 
 @MODELS.register_module()
@@ -29,8 +30,8 @@ class iRPE(BaseModule):
 
     For a grid of ``height x width`` tokens after ``skip`` leading tokens
     (``L = skip + height * width``), every (query i, key j) pair has a bucket
-    ``b(i, j)`` (see :func:`~mmpe.models.layers.irpe.index.get_bucket_ids_2d`)
-    and the module returns the term it contributes to attention:
+    ``b(i, j)`` (see
+    :func:`~mmpe.models.layers.irpe.buckets.get_bucket_ids_2d`) and the module returns the term it contributes to attention:
 
     * ``on='k'`` (Eq. 16, ``r^K``): ``x`` are the queries,
       ``out[i, j] = x_i . r_b(i, j)`` (contextual) or ``r_b(i, j)`` (bias),
@@ -310,7 +311,7 @@ class iRPE(BaseModule):
         return term.add_rows(logits, None)
 
     # ------------------------------------------------------------------
-    # the term of one call (see irpe_terms.py)
+    # the term of one call (see terms.py)
     # ------------------------------------------------------------------
     def term_spec(self) -> dict:
         """The JSON-able configuration of :class:`IRPETerm`."""

@@ -4,10 +4,12 @@ The efficient computation of Eq. 26-28 of `Rethinking and Improving Relative
 Position Encoding for Vision Transformer <https://arxiv.org/abs/2107.14222>`_
 (Wu et al., ICCV 2021), improved so that neither an ``(L, L, head_dim)``
 tensor nor (for the product method) an ``(L, L)`` gather index is needed.
-A plan is built once per (method, index, grid, device) from the per-axis
-tables of :func:`~mmpe.models.layers.irpe.index.axis_bucket_tables` and kept
-in :data:`PLAN_CACHE`; the autograd functions make ``expand`` and
-``reduce`` differentiable, each the other's backward.
+A plan is built from the per-axis tables of
+:func:`~mmpe.models.layers.irpe.buckets.axis_bucket_tables`, once per
+(method, index, grid, device)
+(:func:`~mmpe.models.layers.irpe.plan_cache.get_plan`); the autograd
+functions of :mod:`~mmpe.models.layers.irpe.plan_ops` make ``expand`` and
+``reduce`` differentiable.
 """
 import copy
 from typing import Dict, Optional, Tuple, Union
@@ -16,10 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..common.cache import BoundedCache
 from ..common.tracing import is_tracing
-from .index import (axis_bucket_tables, max_index, relative_offsets_1d,
-                    spatial_bucket_ids)
+from .buckets import spatial_bucket_ids
 
 # ---------------------------------------------------------------------------
 # Spatial plans: (N, L0, nbs) per-query bucket values <-> (N, L0, L0) terms.
@@ -42,7 +42,7 @@ class _BlockPlans:
     iRPE term on queries of one chunk of query rows, read transposed) is a
     :class:`GatherPlan` over bucket ids built for that block from the
     per-axis tables
-    (:func:`~mmpe.models.layers.irpe.index.spatial_bucket_ids`),
+    (:func:`~mmpe.models.layers.irpe.buckets.spatial_bucket_ids`),
     so no (L0, L0) id map is made.
     """
 
@@ -68,7 +68,7 @@ class _BlockPlans:
 
     def block(self,
               rows: Optional[Tuple[int, int]] = None,
-              cols: Optional[Tuple[int, int]] = None) -> '_Plan':
+              cols: Optional[Tuple[int, int]] = None) -> 'Plan':
         """The plan of queries ``[r0, r1)`` x keys ``[c0, c1)`` (spatial
         indices; None: all), expanding ``(N, R, nbs)`` to ``(N, R, C)``.
         """
@@ -81,7 +81,7 @@ class _BlockPlans:
                                  col_offset=self.side)
         return GatherPlan(ids, self.num_spatial_buckets)
 
-    def _rows(self, start: int, stop: int) -> '_Plan':
+    def _rows(self, start: int, stop: int) -> 'Plan':
         ids = spatial_bucket_ids(self.tables, self.height, self.width,
                                  self.method, self.side, (start, stop),
                                  col_offset=self.side)
@@ -376,123 +376,4 @@ class GatherPlan(_BlockPlans):
         return out.to(a.dtype)
 
 
-_Plan = Union[ProductPlan, CrossPlan, GatherPlan]
-
-
-def _no_autocast(t: Tensor):
-    """Context disabling autocast so a plan computes in its input dtype."""
-    return torch.autocast(t.device.type, enabled=False)
-
-
-class Expand(torch.autograd.Function):
-    """Differentiable ``plan.expand``; its backward is ``plan.reduce``."""
-
-    @staticmethod
-    def forward(ctx, p: Tensor, plan: _Plan) -> Tensor:
-        ctx.plan = plan
-        with _no_autocast(p):
-            return plan.expand(p)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], None]:
-        with _no_autocast(grad):
-            return ctx.plan.reduce(grad), None
-
-
-class ExpandAdd(torch.autograd.Function):
-    """``out += plan.expand(p)`` in place (product plans only)."""
-
-    @staticmethod
-    def forward(ctx, out: Tensor, p: Tensor, plan: _Plan) -> Tensor:
-        ctx.plan = plan
-        ctx.mark_dirty(out)
-        with _no_autocast(p):
-            # out: (..., L0, L0) with the leading dims flattened in p
-            plan.expand_add_(p, out.view(p.shape[0], *out.shape[-2:]))
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tuple[Tensor, Optional[Tensor], None]:
-        with _no_autocast(grad):
-            flat = grad.reshape(-1, *grad.shape[-2:])
-            return grad, ctx.plan.reduce(flat), None
-
-
-class Reduce(torch.autograd.Function):
-    """Differentiable ``plan.reduce``; its backward is ``plan.expand``."""
-
-    @staticmethod
-    def forward(ctx, a: Tensor, plan: _Plan) -> Tensor:
-        ctx.plan = plan
-        with _no_autocast(a):
-            return plan.reduce(a)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], None]:
-        with _no_autocast(grad):
-            return ctx.plan.expand(grad), None
-
-
-#: Plans of every iRPE module of the process, keyed by (method, index,
-#: ratio, max_distance, height, width, device): the 6 encoder layers of a
-#: DETR build a grid's plan once. Bounded: a detector sees many grids.
-PLAN_CACHE = BoundedCache(32)
-
-
-def get_plan(method: str,
-             index: str,
-             ratio: float,
-             max_distance: Optional[int],
-             height: int,
-             width: int,
-             device: torch.device,
-             side: Optional[int] = None) -> _Plan:
-    """The cached plan of a grid (spatial tokens only, no skip tokens).
-
-    ``side`` (``2b + 1``, the buckets per axis) may be given as a Python
-    int: :class:`~mmpe.models.layers.iRPE` passes the one it computed at
-    build time, because with ``torch.compile(dynamic=True)`` a module's
-    float ``ratio`` is traced as a symbolic value, and sizes derived from it
-    would become symbolic too.
-    """
-    key = (method, index, ratio, max_distance, height, width, device)
-    return PLAN_CACHE.get(
-        key, lambda: _build_plan(method, index, ratio, max_distance, height,
-                                 width, device, side))
-
-
-def get_offset_plan(height: int, width: int,
-                    device: torch.device) -> CrossPlan:
-    """The cached cross plan of plain per-axis offsets (no index function).
-
-    Row id ``iy - jy + height - 1`` in ``[0, 2 height - 1)``, column id
-    ``ix - jx + width - 1`` after the ``2 height - 1`` row ids: the
-    per-axis lookups of ViTDet's decomposed relative position
-    (:mod:`~mmpe.models.layers.decomposed.rel_pos`) expand with it
-    exactly as iRPE's cross method expands its buckets.
-    """
-
-    def build() -> CrossPlan:
-        rows = relative_offsets_1d(height, device) + (height - 1)
-        cols = relative_offsets_1d(width, device) + (width - 1)
-        return CrossPlan(rows, cols, 2 * height - 1, 2 * width - 1)
-
-    return PLAN_CACHE.get(('offsets', height, width, device), build)
-
-
-def _build_plan(method: str,
-                index: str,
-                ratio: float,
-                max_distance: Optional[int],
-                height: int,
-                width: int,
-                device: torch.device,
-                side: Optional[int] = None) -> _Plan:
-    if side is None:
-        side = 2 * max_index(index, ratio, max_distance) + 1
-    tables = axis_bucket_tables(height, width, method, index, ratio,
-                                max_distance, device)
-    if method in ('product', 'cross'):
-        cls = ProductPlan if method == 'product' else CrossPlan
-        return cls(tables['rows'], tables['cols'], side)
-    return GatherPlan(None, side, (tables, height, width, method, side))
+Plan = Union[ProductPlan, CrossPlan, GatherPlan]

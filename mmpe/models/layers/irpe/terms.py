@@ -21,8 +21,11 @@ import torch
 from torch import Tensor
 
 from ..common.tracing import is_tracing
-from ..terms.relative_term import AxisValues, RelativeTerm, Rows, register_term
-from .plans import CrossPlan, Expand, ExpandAdd, ProductPlan, Reduce, get_plan
+from ..terms.registry import register_term
+from ..terms.relative_term import AxisValues, RelativeTerm, Rows
+from .plan_cache import get_plan
+from .plan_ops import Expand, ExpandAdd, Reduce
+from .plans import CrossPlan, ProductPlan
 
 
 def bucket_lookup(x: Tensor, table: Tensor, shared: bool) -> Tensor:

@@ -38,15 +38,11 @@ them; with None the methods must be differentiable by autograd (the
 explicit backend runs them on all rows inside the autograd graph), with a
 range they run under ``torch.no_grad()`` inside the chunked backend.
 
-A term is described by a JSON-able :meth:`RelativeTerm.spec` and rebuilt by
-:func:`build_terms` from it, its tensors and the grid, so that the chunked
-backend can run as one opaque ``torch.library`` custom op (whose arguments
-are tensors, numbers and strings) inside a compiled graph. A term class is
-registered under its ``kind`` with :func:`register_term`.
+A term is described by a JSON-able :meth:`RelativeTerm.spec`, from which
+:mod:`~mmpe.models.layers.terms.registry` rebuilds it by its ``kind``.
 """
-import functools
 import json
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -97,19 +93,6 @@ class AxisValues(NamedTuple):
     on: str = 'k'
 
 
-#: ``kind`` -> term class, see :func:`register_term`
-TERM_KINDS: Dict[str, Type['RelativeTerm']] = {}
-
-
-def register_term(cls: Type['RelativeTerm']) -> Type['RelativeTerm']:
-    """Class decorator: make ``cls`` buildable from its spec by ``kind``."""
-    if cls.kind in TERM_KINDS and TERM_KINDS[cls.kind] is not cls:
-        raise ValueError(f'relative term kind {cls.kind!r} is registered '
-                         f'twice ({TERM_KINDS[cls.kind]} and {cls})')
-    TERM_KINDS[cls.kind] = cls
-    return cls
-
-
 class RelativeTerm:
     """One relative term of one attention call (see the module docstring).
 
@@ -142,7 +125,8 @@ class RelativeTerm:
         self.height, self.width, self.length = height, width, length
 
     def spec(self) -> dict:
-        """The configuration :func:`build_terms` rebuilds the term from."""
+        """The configuration :func:`~.registry.build_terms` rebuilds the term
+        from."""
         return self._spec
 
     def spec_json(self) -> str:
@@ -212,32 +196,6 @@ class RelativeTerm:
                 (B, H, R, d).
         """
         raise NotImplementedError
-
-
-def encode_terms(terms: Sequence[RelativeTerm]) -> Tuple[str, List[Tensor]]:
-    """Terms -> (a JSON string, their tensors in order), for a custom op."""
-    spec = ','.join(f'["{t.kind}",{t.spec_json()},{len(t.tensors)}]'
-                    for t in terms)
-    return f'[{spec}]', [x for t in terms for x in t.tensors]
-
-
-@functools.lru_cache(maxsize=64)
-def _decode(spec: str) -> Tuple[Tuple[str, dict, int], ...]:
-    return tuple((kind, cfg, n) for kind, cfg, n in json.loads(spec))
-
-
-def build_terms(spec: str, tensors: Sequence[Tensor], height: int,
-                width: int, length: int) -> List[RelativeTerm]:
-    """The inverse of :func:`encode_terms` for one call's grid."""
-    terms, pos = [], 0
-    for kind, cfg, n in _decode(spec):
-        if kind not in TERM_KINDS:
-            raise ValueError(f'Unknown relative term kind {kind!r}, '
-                             f'registered: {tuple(TERM_KINDS)}')
-        terms.append(TERM_KINDS[kind](cfg, tensors[pos:pos + n], height,
-                                      width, length))
-        pos += n
-    return terms
 
 
 def split_terms(
