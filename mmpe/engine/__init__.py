@@ -12,8 +12,7 @@ gives these guarantees under any launcher, the exit statuses of a run, and
 import beyond registering modules (and ``AtomicLocalBackend`` under its own
 name in MMEngine's file-backend registry)."""
 from .atomic_checkpoint_hook import AtomicCheckpointHook
-from .atomic_file_backend import (ATOMIC_BACKEND, AtomicLocalBackend,
-                                  atomic_write, is_temporary_name)
+from .atomic_file_backend import ATOMIC_BACKEND, AtomicLocalBackend
 from .autocast_optim_wrapper import AutocastOptimWrapper
 from .dataset_check_hook import DatasetCheckFailed, DatasetCheckHook
 from .exit_status import (BAD_INPUT_EXIT_CODE, PREEMPTED_EXIT_CODE, BadInput,
@@ -43,9 +42,9 @@ __all__ = [
     'PreemptionHook', 'RNGStateHook', 'RUNTIME_HOOKS',
     'ResumableEpochBasedTrainLoop', 'RunStopped', 'SignalTolerantWorkerInit',
     'TrainingFlag', 'TrainingPreempted', 'UNSAFE_LOAD_ENV',
-    'UnsafeCheckpointError', 'ViTLayerDecayOptimWrapperConstructor', 'atomic_write', 'checkpoint_dirs',
-    'checkpoint_load_error', 'complete_runtime', 'find_resumable_checkpoint',
-    'from_plain', 'is_temporary_name', 'load_from_local_safe',
+    'UnsafeCheckpointError', 'ViTLayerDecayOptimWrapperConstructor',
+    'checkpoint_dirs', 'checkpoint_load_error', 'complete_runtime',
+    'find_resumable_checkpoint', 'from_plain', 'load_from_local_safe',
     'non_plain_paths', 'plain_param_groups', 'rebuild_history_buffer',
     'resume_candidates', 'safe_checkpoint_loading', 'to_plain',
     'use_mmpe_runner'

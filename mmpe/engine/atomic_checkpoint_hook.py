@@ -42,8 +42,8 @@ from mmengine.hooks import CheckpointHook
 from mmengine.logging import print_log
 
 from mmdet.registry import HOOKS
-from .atomic_file_backend import (ATOMIC_BACKEND, AtomicLocalBackend,
-                                  is_temporary_name)
+from ..utils.atomic_files import is_temporary_name
+from .atomic_file_backend import ATOMIC_BACKEND, AtomicLocalBackend
 
 
 @HOOKS.register_module()

@@ -15,10 +15,11 @@ from mmengine.fileio import get_file_backend
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from mmpe.engine import (ATOMIC_BACKEND, AtomicLocalBackend, PreemptionHook,
-                         SignalTolerantWorkerInit, TrainingFlag, atomic_write,
+                         SignalTolerantWorkerInit, TrainingFlag,
                          checkpoint_load_error, find_resumable_checkpoint,
-                         is_temporary_name, resume_candidates)
+                         resume_candidates)
 from mmpe.engine.resumable_loop import SkipFirstBatches, remainder_loader
+from mmpe.utils import atomic_write, is_temporary_name
 
 
 def test_atomic_write_replaces_whole_files(tmp_path):

@@ -90,14 +90,14 @@ class StopMidWriteHook(Hook):
         if checkpoint['meta']['epoch'] != self.epoch or \
                 os.path.exists(stopped):
             return
-        from mmpe.engine import atomic_file_backend
+        from mmpe.utils import atomic_files
 
         def open_half(path, mode='r', *args, **kwargs):
             assert mode == 'wb', mode
             return _HalfWrite(open(path, mode, *args, **kwargs), stopped)
 
         # a module global shadows the builtin in atomic_write's lookup
-        atomic_file_backend.open = open_half
+        atomic_files.open = open_half
 
 
 def wait_until(predicate, what, hang_guard_s=600):

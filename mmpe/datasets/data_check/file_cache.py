@@ -15,7 +15,7 @@ annotation file or image folder and a hash of its absolute path, because:
   modification time and to how it was read (``ImageReadSettings.key``); a
   changed or repaired file is read again.
 
-The file is replaced atomically (``mmpe.engine.atomic_write``), so runs
+The file is replaced atomically (``mmpe.utils.atomic_write``), so runs
 started together never read a partial cache; the last one's results win.
 A cache that cannot be read or written is ignored with a warning.
 """
@@ -24,6 +24,8 @@ import json
 import os
 import os.path as osp
 from typing import Dict, Optional, Tuple
+
+from ...utils.atomic_files import atomic_write
 
 #: Bumped when the meaning of a cached result changes.
 CACHE_VERSION = 2
@@ -115,7 +117,6 @@ class FileCheckCache:
         """Write the cache; returns a warning instead of raising."""
         if self.path is None:
             return None
-        from mmpe.engine.atomic_file_backend import atomic_write
         data = dict(version=CACHE_VERSION, source=osp.abspath(source),
                     files=self.entries, sections=self.sections)
         try:
