@@ -28,8 +28,8 @@ from .resumable_loop import ResumableEpochBasedTrainLoop
 from .resume_checkpoint import (checkpoint_dirs, checkpoint_load_error,
                                 find_resumable_checkpoint, resume_candidates)
 from .rng_state_hook import RNGStateHook
-from .runner import MMPERunner
-from .runtime import RUNTIME_HOOKS, complete_runtime, use_mmpe_runner
+from .runner import MMPERunner, use_mmpe_runner
+from .runtime import RUNTIME_HOOKS, complete_runtime
 from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
                               load_from_local_safe, rebuild_history_buffer,
                               safe_checkpoint_loading)

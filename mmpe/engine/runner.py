@@ -22,10 +22,14 @@ points:
   (:func:`~mmpe.engine.find_resumable_checkpoint`; rank 0 decides, the
   others follow), with a path only if it loads; otherwise the run stops
   with exit status 2 (:class:`~mmpe.engine.exit_status.BadInput`).
+
+mmpe's tools call :func:`use_mmpe_runner` on a config before building its
+runner.
 """
 import copy
 from typing import List, Optional, Tuple
 
+from mmengine.config import Config
 from mmengine.dist import broadcast_object_list, is_main_process
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
@@ -33,7 +37,7 @@ from mmengine.runner import Runner
 from .exit_status import BadInput
 from .resume_checkpoint import (checkpoint_dirs, checkpoint_load_error,
                                 find_resumable_checkpoint)
-from .runtime import complete_runtime
+from .runtime import RUNNER, complete_runtime
 from .safe_checkpoint import UnsafeCheckpointError, safe_checkpoint_loading
 
 
@@ -104,3 +108,33 @@ class MMPERunner(Runner):
         except RuntimeError as err:  # there are checkpoints, none loads
             return None, [], f'cannot resume: {err}'
         return path, notes, None
+
+
+def use_mmpe_runner(cfg: Config) -> List[str]:
+    """For mmpe's tools: make ``cfg`` build :class:`~mmpe.engine.MMPERunner`.
+
+    A config that names no runner gets ``runner_type = 'MMPERunner'`` (the
+    runner completes it and logs the one line). A config that names
+    another runner is completed here, since that runner will not.
+
+    Args:
+        cfg (Config): A full config; changed in place.
+
+    Returns:
+        list[str]: Lines for the user (empty unless another runner).
+    """
+    kind = cfg.get('runner_type', None)
+    if kind is None:
+        cfg.runner_type = RUNNER
+        return []
+    cls = kind if isinstance(kind, type) else RUNNERS.get(kind)
+    if isinstance(cls, type) and issubclass(cls, MMPERunner):
+        return []
+    changes = complete_runtime(cfg)
+    lines = ['mmpe runtime: ' + '; '.join(changes) + '.'] if changes else []
+    name = getattr(kind, '__name__', kind)
+    return lines + [
+        f'warning: the config builds runner {name!r}, not {RUNNER}: '
+        '--resume follows last_checkpoint without skipping a checkpoint '
+        'that does not load'
+    ]

@@ -16,7 +16,7 @@ same arguments; a hook of :data:`RUNTIME_HOOKS` missing from
 ``custom_hooks`` (a config that replaced the base's list, or one without
 the base) is appended, never a second copy.
 """
-from typing import List, Sequence, Tuple
+from typing import List, Tuple
 
 from mmengine.config import Config
 
@@ -104,35 +104,3 @@ def complete_runtime(cfg: Config) -> List[str]:
         changes.append(' and '.join(replaced) + ' (same arguments)')
     return changes
 
-
-def use_mmpe_runner(cfg: Config) -> List[str]:
-    """For mmpe's tools: make ``cfg`` build :class:`~mmpe.engine.MMPERunner`.
-
-    A config that names no runner gets ``runner_type = 'MMPERunner'`` (the
-    runner completes it and logs the one line). A config that names
-    another runner is completed here, since that runner will not.
-
-    Args:
-        cfg (Config): A full config; changed in place.
-
-    Returns:
-        list[str]: Lines for the user (empty unless another runner).
-    """
-    from mmengine.registry import RUNNERS
-
-    from .runner import MMPERunner
-    kind = cfg.get('runner_type', None)
-    if kind is None:
-        cfg.runner_type = RUNNER
-        return []
-    cls = kind if isinstance(kind, type) else RUNNERS.get(kind)
-    if isinstance(cls, type) and issubclass(cls, MMPERunner):
-        return []
-    changes = complete_runtime(cfg)
-    lines = ['mmpe runtime: ' + '; '.join(changes) + '.'] if changes else []
-    name = getattr(kind, '__name__', kind)
-    return lines + [
-        f'warning: the config builds runner {name!r}, not {RUNNER}: '
-        '--resume follows last_checkpoint without skipping a checkpoint '
-        'that does not load'
-    ]
