@@ -14,7 +14,7 @@ from mmengine.config import Config
 
 from mmpe.datasets import generate_synthetic_coco
 from mmpe.models.layers import iRPEMultiheadAttention
-from mmpe.models.layers.irpe import iRPE
+from mmpe.models.layers.irpe.irpe import iRPE
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'quickstart', 'detr_irpe_r18_synthetic.py')

@@ -28,8 +28,8 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
-from ..layers.peg import PEG
-from ..layers.vit_block import ViTBlock
+from ..layers.blocks.vit_block import ViTBlock
+from ..layers.encodings.peg import PEG
 from ..utils.vit_pos_encodings import POS_ENCODINGS, parse_pos_encoding
 from .vit_args import (check_positive, check_rates, parse_arch,
                        parse_detectron2_options, parse_img_size,

@@ -7,10 +7,10 @@ are :mod:`mmpe.models.utils.vit_pos_encodings`.
 """
 from typing import Optional, Sequence, Tuple, Union
 
-from ..layers.arg_checks import RPE_ON_CHOICES, check_choice
-from ..layers.pos_embed_2d import POS_EMBED_INTERPS
-from ..layers.rope_coords import COORD_DEFAULTS, ROPE_ARGS
-from ..layers.window import WINDOW_PADDINGS
+from ..layers.common.arg_checks import RPE_ON_CHOICES, check_choice
+from ..layers.encodings.pos_embed_2d import POS_EMBED_INTERPS
+from ..layers.encodings.rope_coords import COORD_DEFAULTS, ROPE_ARGS
+from ..layers.windows.window import WINDOW_PADDINGS
 from ..utils.vit_pos_encodings import ATTENTION_ENCODINGS
 
 

@@ -19,11 +19,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..layers.pos_embed_2d import SinCosPosEmbed2D, resample_pos_embed
-from ..layers.rope2d import RoPE2D
-from ..layers.rope_coords import RoPECoords
-from ..layers.rope_mixed import RoPEMixed
-from ..layers.tracing import is_tracing
+from ..layers.common.tracing import is_tracing
+from ..layers.encodings.pos_embed_2d import (SinCosPosEmbed2D,
+                                             resample_pos_embed)
+from ..layers.encodings.rope2d import RoPE2D
+from ..layers.encodings.rope_coords import RoPECoords
+from ..layers.encodings.rope_mixed import RoPEMixed
 from ..utils.padding_mask import token_padding_mask
 
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from mmpe.models.backbones import CPVT
-from mmpe.models.layers.pos_embed_2d import resample_pos_embed
-from mmpe.models.layers.vit_block import ViTBlock
-from mmpe.models.layers.window import partition_grid, window_key_mask
+from mmpe.models.layers.blocks.vit_block import ViTBlock
+from mmpe.models.layers.encodings.pos_embed_2d import resample_pos_embed
+from mmpe.models.layers.windows.window import partition_grid, window_key_mask
 
 from vitdet_d2_reference import NET, get_abs_pos, vit_forward
 
