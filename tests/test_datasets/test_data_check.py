@@ -396,12 +396,12 @@ def test_reading_leaves_the_global_generators_alone(coco_set, tmp_path,
 
 
 def test_progress_in_a_log_is_a_line_at_every_tenth(coco_set, monkeypatch):
-    from mmpe.datasets.data_check import checker
+    from mmpe.datasets.data_check import file_reads
     lines = []
-    monkeypatch.setattr(checker, 'print_log',
+    monkeypatch.setattr(file_reads, 'print_log',
                         lambda msg, **kwargs: lines.append(msg))
-    monkeypatch.setattr(checker, 'PROGRESS_MIN_FILES', 1)
-    monkeypatch.setattr(checker, 'FILES_PER_BATCH', 1)
+    monkeypatch.setattr(file_reads, 'PROGRESS_MIN_FILES', 1)
+    monkeypatch.setattr(file_reads, 'FILES_PER_BATCH', 1)
     monkeypatch.setattr(sys.stdout, 'isatty', lambda: False)  # a log file
     result = check_dataset(_dataset(coco_set), 'train set',
                            CheckOptions(cache_dir=None))

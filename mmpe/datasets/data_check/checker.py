@@ -14,39 +14,27 @@ returns every problem at once (:class:`CheckResult`):
 * semantic segmentation sets: each label map (:mod:`.label_maps`): its size
   is its image's, its values are classes or the ignore index.
 
-Reading files is what takes time; it runs in ``num_workers`` processes (a
-torch ``DataLoader`` over the files, as the training loader would), split
-across the ranks of a distributed run (rank 0 decides what to read and
-assembles the result; the others return None), with a progress bar and its
-rate on rank 0 once there are :data:`PROGRESS_MIN_FILES` files to read (a
-line at every tenth when the output is not a terminal). The
-results are cached per file (:mod:`.file_cache`) and so is the annotation
-file's check, so a second start reads only what changed.
+Reading files is what takes time; it runs in ``num_workers`` processes on
+each rank of a distributed run (:mod:`.file_reads`): rank 0 decides what to
+read and assembles the result; the others return None. The results are
+cached per file (:mod:`.file_cache`) and so is the annotation file's check,
+so a second start reads only what changed.
 """
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from mmengine.dist import (all_gather_object, broadcast_object_list,
-                           get_dist_info)
-from mmengine.logging import print_log
-import torch
-from torch.utils.data import DataLoader, Dataset
+from mmengine.dist import get_dist_info
 
 from .coco_annotations import check_coco
 from .file_cache import FileCheckCache, default_cache_dir, file_stamp
-from .image_files import ImageReadSettings, check_image_file, loads_masks
-from .label_maps import (LABEL_MAP_KEY, label_size_reason,
-                         label_value_reason, read_label_map)
+from .file_reads import read_on_all_ranks
+from .image_files import ImageReadSettings, loads_masks
+from .label_maps import LABEL_MAP_KEY, label_size_reason, label_value_reason
 from .problems import Problem
 
-#: Show a progress bar from this many files to read on.
-PROGRESS_MIN_FILES = 1000
-#: Files one worker reads per batch (fewer round trips than one by one).
-FILES_PER_BATCH = 16
 #: ``cache_dir`` value that means the default (``default_cache_dir()``).
 DEFAULT_CACHE = 'default'
 
@@ -272,74 +260,6 @@ def _describe(dataset, indexed: bool, cache: FileCheckCache
     return units, problems, notes
 
 
-class _FileReads(Dataset):
-    """One file read per item, for a DataLoader's workers."""
-
-    def __init__(self, tasks: List[Tuple[str, Optional[ImageReadSettings]]]):
-        self.tasks = tasks
-
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def __getitem__(self, i: int) -> dict:
-        path, settings = self.tasks[i]
-        if settings is None:
-            return read_label_map(path)
-        return check_image_file(path, settings)
-
-
-def _as_list(batch: list) -> list:
-    return batch
-
-
-class _Progress:
-    """On a terminal mmengine's ``ProgressBar`` (count, rate, ETA); in a log
-    file (a cluster job) one line at every tenth of the files instead of a
-    line redrawn thousands of times."""
-
-    def __init__(self, total: int):
-        self.total, self.done = total, 0
-        self.started = time.perf_counter()
-        self.bar = None
-        if sys.stdout.isatty():
-            from mmengine.utils import ProgressBar
-            self.bar = ProgressBar(total)
-
-    def update(self, n: int) -> None:
-        before, self.done = self.done, self.done + n
-        if self.bar is not None:
-            self.bar.update(n)
-            if self.done == self.total:
-                sys.stdout.write('\n')
-            return
-        if self.done * 10 // self.total > before * 10 // self.total:
-            rate = self.done / max(time.perf_counter() - self.started, 1e-9)
-            left = (self.total - self.done) / rate
-            print_log(f'dataset check: {self.done}/{self.total} files read '
-                      f'({rate:.0f} files/s, {left:.0f} s left)',
-                      logger='current')
-
-
-def _read(tasks, num_workers: int, progress: bool) -> List[dict]:
-    """Read ``tasks`` in order, ``num_workers`` processes."""
-    if not tasks:
-        return []
-    # a generator of its own: a loader draws its workers' base seed from the
-    # default one, and what the check reads depends on the cache, so the
-    # training's random stream (and a resumed run's) would depend on it too
-    loader = DataLoader(_FileReads(tasks), batch_size=FILES_PER_BATCH,
-                        num_workers=min(num_workers, len(tasks)),
-                        collate_fn=_as_list, generator=torch.Generator())
-    shown = _Progress(len(tasks)) if progress and \
-        len(tasks) >= PROGRESS_MIN_FILES else None
-    results = []
-    for batch in loader:
-        results += batch
-        if shown is not None:
-            shown.update(len(batch))
-    return results
-
-
 def _unit_problems(unit: _Unit, results: Dict[Tuple[str, str], dict],
                    ignore_index: int) -> List[Problem]:
     image = results[(unit.path, unit.settings.key())]
@@ -394,7 +314,7 @@ def check_dataset(dataset, name: str,
     Returns:
         CheckResult | None: On rank 0 the result; None on other ranks.
     """
-    rank, world = get_dist_info()
+    rank, _ = get_dist_info()
     started = time.perf_counter()  # reported, never compared
     todo, plan = [], None
     if rank == 0:
@@ -426,22 +346,14 @@ def check_dataset(dataset, name: str,
                 todo.append((key, task))
         plan = (cache, source, units, problems, notes, results, tasks,
                 wrapped)
-    shared = [todo]
-    broadcast_object_list(shared)
-    todo = shared[0]
-    mine = todo[rank::world]
-    start = time.perf_counter()
-    read = _read([task for _, task in mine], options.num_workers,
-                 options.progress and rank == 0)
-    seconds = time.perf_counter() - start
-    gathered = all_gather_object(list(zip([key for key, _ in mine], read)))
+    todo, read, seconds = read_on_all_ranks(todo, options.num_workers,
+                                            options.progress)
     if rank != 0:
         return None
     cache, source, units, problems, notes, results, tasks, wrapped = plan
-    for part in gathered:
-        for key, result in part:
-            results[tuple(key)] = result
-            cache.put(key[0], key[1], result)
+    for key, result in read:
+        results[tuple(key)] = result
+        cache.put(key[0], key[1], result)
     warning = cache.save(source) if todo else None
     if warning:
         notes.append(warning)
