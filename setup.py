@@ -16,20 +16,24 @@ def get_extensions() -> tuple:
     instruction set (``kernel_rows_{baseline,avx2,avx512}.cpp``, each
     setting its own target for its functions only; AVX2 / AVX-512 on x86-64
     alone) and the variant is picked at run time from the CPU's features
-    (or ``MMPE_KERNEL_ISA``), as PyTorch's own CPU kernels are.
+    (or ``MMPE_KERNEL_ISA``; ``kernel_variants.cpp``), as PyTorch's own CPU
+    kernels are.
     """
     try:
         from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError:  # no torch at build time: pure Python
         return [], {}
     flags = ['-O3', '-fopenmp', '-fno-math-errno', '-fno-trapping-math']
-    sources = ['mmpe/csrc/fused_attention_cpu.cpp'] + [
+    sources = [
+        'mmpe/csrc/fused_attention_cpu.cpp', 'mmpe/csrc/kernel_variants.cpp'
+    ] + [
         f'mmpe/csrc/kernel_rows_{isa}.cpp'
         for isa in ('baseline', 'avx2', 'avx512')
     ]  # the x86 variants compile to nothing elsewhere
     ext = CppExtension(
         'mmpe._ext', sources,
-        depends=['mmpe/csrc/kernel_rows.h', 'mmpe/csrc/kernel_rows_impl.h'],
+        depends=['mmpe/csrc/kernel_rows.h', 'mmpe/csrc/kernel_rows_impl.h',
+                 'mmpe/csrc/kernel_variants.h'],
         extra_compile_args=flags, extra_link_args=['-fopenmp'],
         optional=True)
     return [ext], {'build_ext': BuildExtension}

@@ -31,10 +31,10 @@
 //
 // The row loops (kernel_rows_impl.h) are compiled once per instruction set
 // (baseline, AVX2 + FMA, AVX-512) and called through the table of the
-// variant named by each call's `isa` (the Python side picks one per process
-// from the CPU's features or MMPE_KERNEL_ISA): one build runs on every
-// x86-64 CPU. This file itself is built for the baseline target: ATen's
-// inline code is never emitted with wider instructions.
+// variant named by each call's `isa` (kernel_variants.cpp; the Python side
+// picks one per process from the CPU's features or MMPE_KERNEL_ISA): one
+// build runs on every x86-64 CPU. This file itself is built for the baseline
+// target: ATen's inline code is never emitted with wider instructions.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
@@ -43,97 +43,17 @@
 #include <vector>
 
 #include "kernel_rows.h"
+#include "kernel_variants.h"
 
 namespace {
 
 using mmpe_rows::Geometry;
+using mmpe_rows::kernel_table;
 using mmpe_rows::RowKernels;
 using mmpe_rows::RowTerms;
 using mmpe_rows::Strided4;
 
-// ------------------------------------------------------------ variants
-// The row loops' copies: name, table, whether this CPU runs it. The
-// probe asks the CPU (cpuid, and for AVX / AVX-512 whether the OS saves
-// their registers: GCC's and Clang's __builtin_cpu_supports check both).
-struct Variant {
-  const char* name;
-  mmpe_rows::KernelTable (*table)();
-  bool (*runs)();
-};
-
-bool always() { return true; }
-#ifdef MMPE_ROWS_X86
-bool cpu_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
-}
-bool cpu_avx512() {
-  return cpu_avx2() && __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq");
-}
-#endif
-
-const std::vector<Variant>& variants() {
-  static const std::vector<Variant> all = {
-      {"baseline", &mmpe_rows::baseline::table, &always},
-#ifdef MMPE_ROWS_X86
-      {"avx2", &mmpe_rows::avx2::table, &cpu_avx2},
-      {"avx512", &mmpe_rows::avx512::table, &cpu_avx512},
-#endif
-  };
-  return all;
-}
-
-std::vector<std::string> compiled_isas() {
-  std::vector<std::string> out;
-  for (const auto& v : variants()) out.emplace_back(v.name);
-  return out;
-}
-
-std::vector<std::string> runnable_isas() {
-  std::vector<std::string> out;
-  for (const auto& v : variants()) {
-    if (v.runs()) out.emplace_back(v.name);
-  }
-  return out;
-}
-
-// The tables, made once (the probe runs once per variant).
-struct Resolved {
-  std::string name;
-  bool runs;
-  mmpe_rows::KernelTable table;
-};
-
-const std::vector<Resolved>& resolved() {
-  static const std::vector<Resolved> all = [] {
-    std::vector<Resolved> out;
-    for (const auto& v : variants()) out.push_back({v.name, v.runs(), v.table()});
-    return out;
-  }();
-  return all;
-}
-
-// The table of the variant `isa`; an error (never an illegal instruction)
-// for a name this build lacks or a variant this CPU cannot run.
-const mmpe_rows::KernelTable& kernel_table(const std::string& isa) {
-  std::string names;
-  for (const auto& r : resolved()) {
-    if (r.name == isa) {
-      TORCH_CHECK(r.runs, "fused attention: this CPU cannot run the '", isa,
-                  "' kernel variant (it runs: ", c10::Join(", ", runnable_isas()),
-                  ")");
-      return r.table;
-    }
-    names += (names.empty() ? "" : ", ") + r.name;
-  }
-  TORCH_CHECK(false, "fused attention: unknown kernel variant '", isa,
-              "'; this build has: ", names);
-}
-
+// The row loops of the dtype T in a variant's table.
 template <typename T>
 const RowKernels<T>& row_kernels(const mmpe_rows::KernelTable& t);
 template <>
@@ -475,9 +395,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "dq, dk, dv, dvalues_k, dvalues_q = fused_backward(grad_out, "
         "grad_sums, q, k, v, out, lse, mask, values_k, values_q, "
         "num_buckets, rows, cols, layout, block_elems, min_rows, isa)");
-  m.def("compiled_isas", &compiled_isas,
+  m.def("compiled_isas", &mmpe_rows::compiled_isas,
         "the row loops' variants in this build, narrowest first");
-  m.def("runnable_isas", &runnable_isas,
+  m.def("runnable_isas", &mmpe_rows::runnable_isas,
         "the compiled variants this CPU runs (cpuid and OS support), "
         "narrowest first");
 }
