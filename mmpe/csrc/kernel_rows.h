@@ -4,7 +4,7 @@
 // bucket sums and their adjoints: the kernel's time beside the matrix
 // products) are compiled once per instruction set, each copy in its own
 // namespace (kernel_rows_{baseline,avx2,avx512}.cpp), and called through the
-// table `RowKernels` chosen by name at run time (fused_attention_cpu.cpp),
+// table `RowKernels` chosen by name at run time (kernel_variants.cpp),
 // as ATen's CPU_CAPABILITY kernels are. This header declares data only:
 // plain structs (no member functions, no inline code that one copy could
 // emit with wider instructions for the others) and the tables' getters.

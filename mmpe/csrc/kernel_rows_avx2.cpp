@@ -1,5 +1,5 @@
 // The fused kernel's row loops for x86-64 CPUs with AVX2 and FMA (chosen at
-// run time when the CPU has them; see fused_attention_cpu.cpp). The target
+// run time when the CPU has them; see kernel_variants.cpp). The target
 // covers every function of this file only: it includes no inline code from
 // other headers (kernel_rows_impl.h).
 #include "kernel_rows.h"  // before the target: <cstdint> stays baseline
