@@ -198,23 +198,45 @@ void forward_impl(const RowKernels<T>& kern, const at::Tensor& q,
   T* lse_p = lse.data_ptr<T>();
   T* sums_p = terms.sums ? sums.data_ptr<T>() : nullptr;
   const int64_t nb = terms.sums ? sums.size(3) : 0;
+  const at::ScalarType ct = lse.scalar_type();
+  const bool direct = out.scalar_type() == ct;
   at::parallel_for(0, batch * heads * nblocks, 1, [&](int64_t begin, int64_t end) {
     at::NoGradGuard no_grad;
-    at::Tensor scratch = at::empty({rb, length}, q.options());
+    at::Tensor scratch = at::empty({rb, length}, lse.options());
+    at::Tensor oscratch = direct ? at::Tensor() : at::empty({rb, v.size(3)}, lse.options());
     std::vector<T> pat(pattern_size(g));
     std::vector<int64_t> colv(std::max<int64_t>(1, g.w));
     T* s = scratch.data_ptr<T>();
+    // one head's contiguous copies in the compute dtype, made when a task
+    // reaches a new head (a task's blocks are consecutive): heads split
+    // from a fused projection are strided views, read slower by the block
+    // products, and copies of the whole q, k, v (float32 ones of bfloat16
+    // inputs) would add three activations to the peak
+    int64_t cur = -1;
+    at::Tensor qh, kh, vh;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / nblocks, blk = task % nblocks;
       const int64_t b = bh / heads, hd = bh % heads;
+      if (bh != cur) {
+        qh = q[b][hd].to(ct).contiguous();
+        kh = k[b][hd].to(ct).contiguous();
+        vh = v[b][hd].to(ct).contiguous();
+        cur = bh;
+      }
       const int64_t r0 = blk * rb, r = std::min(rb, length - r0);
       at::Tensor logits = scratch.narrow(0, 0, r);
-      at::mm_out(logits, q[b][hd].narrow(0, r0, r), k[b][hd].t());
+      at::mm_out(logits, qh.narrow(0, r0, r), kh.t());
       // the terms, the mask, the softmax, the bucket sums: the row loops
       kern.forward({{&rt, b, hd, bh, r0, r, length, pat.data(), colv.data()},
                     s, lse_p, sums_p, nb});
       at::Tensor o = out[b][hd].narrow(0, r0, r);
-      at::mm_out(o, logits, v[b][hd]);
+      if (direct) {
+        at::mm_out(o, logits, vh);
+      } else {  // bfloat16 / float16: float32 sums, rounded once
+        at::Tensor ob = oscratch.narrow(0, 0, r);
+        at::mm_out(ob, logits, vh);
+        o.copy_(ob);
+      }
     }
   });
 }
@@ -322,15 +344,16 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
   const Geometry g = geometry(rows, cols, layout);
   const Terms terms{values_k, values_q, with_sums};
   check_inputs(q, k, v, terms, num_buckets, rows, cols, mask, g);
-  TORCH_CHECK(compute_type(q.scalar_type()) == q.scalar_type(),
-              "fused attention forward: q, k, v in float32 or float64 (the "
-              "caller converts bfloat16 / float16)");
+  // bfloat16 / float16 q, k, v: float32 arithmetic, log-sum-exp and bucket
+  // sums; the output in the input dtype
+  const at::ScalarType ct = compute_type(q.scalar_type());
+  const at::TensorOptions copts = q.options().dtype(ct);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
-  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, copts);
   at::Tensor sums = with_sums
-      ? at::zeros({q.size(0), q.size(1), q.size(2), num_buckets}, q.options())
-      : at::empty({0}, q.options());
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "mmpe_fused_attention_forward", [&] {
+      ? at::zeros({q.size(0), q.size(1), q.size(2), num_buckets}, copts)
+      : at::empty({0}, copts);
+  AT_DISPATCH_FLOATING_TYPES(ct, "mmpe_fused_attention_forward", [&] {
     forward_impl<scalar_t>(row_kernels<scalar_t>(table), q, k, v, mask, terms, g, block_elems, min_rows, out,
                            lse, sums);
   });

@@ -140,17 +140,17 @@ def _fused_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
               with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
               layout: List[int], block_elements: int, min_rows: int,
               isa: str) -> Tuple[Tensor, Tensor, Tensor]:
-    dtype = q.dtype
-    q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q,
-                                           copy_qkv=True)
+    # no copies of q, k, v: the kernel converts one head at a time
+    q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q)
     out, lse, sums = _ext.fused_forward(q, k, v, mask, vk, vq, with_sums,
                                         num_buckets, rows.contiguous(),
                                         cols.contiguous(), layout,
                                         block_elements, min_rows,
                                         isa or kernel_isa())
-    # bfloat16 / float16: the output and the bucket sums rounded once, the
-    # log-sum-exp kept in float32 for the backward
-    return out.to(dtype), lse, sums.to(dtype)
+    # bfloat16 / float16: the output (rounded by the kernel) and the bucket
+    # sums in the input dtype, the log-sum-exp kept in float32 for the
+    # backward
+    return out, lse, sums.to(q.dtype)
 
 
 @_fused_op.register_fake
@@ -174,8 +174,7 @@ def _fused_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
     # no copies here: they would live beside the saved views through the
     # whole backward (ViT-S, 4,096 tokens: peak 1.64x -> 1.36x of fused
     # attention); the kernel copies one head at a time instead
-    q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q,
-                                           copy_qkv=False)
+    q, k, v, mask, vk, vq = _kernel_inputs(q, k, v, mask, values_k, values_q)
     grad_out, grad_sums = (None if x is None else
                            x if x.stride(-1) == 1 else x.contiguous()
                            for x in (grad_out, grad_sums))
@@ -203,18 +202,13 @@ def _fused_backward_fake(grad_out, grad_sums, q, k, v, out, lse, mask,
 
 def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                    values_k: Optional[Tensor],
-                   values_q: Optional[Tensor], copy_qkv: bool) -> tuple:
-    """The kernel's layouts: a contiguous last dim everywhere, and with
-    ``copy_qkv`` contiguous copies of q, k, v in the compute dtype (heads
-    split from a fused projection are strided views; the block products
-    read contiguous ones faster: a ViT-S layer at 4,096 tokens 1.30x ->
-    1.21x the time of fused attention, the copies included); the mask and
-    the values as (B, H, L, .) views of their broadcast forms."""
+                   values_q: Optional[Tensor]) -> tuple:
+    """The kernel's layouts: a contiguous last dim everywhere (q, k, v stay
+    in their dtype and may be strided views of a fused projection: the
+    kernel makes one head's contiguous compute-dtype copies at a time); the
+    mask and the values as (B, H, L, .) views of their broadcast forms."""
     b, h, length, _ = q.shape
-    compute = compute_dtype(q.dtype)
-    q, k, v = (x.to(compute, memory_format=torch.contiguous_format)
-               if copy_qkv else x.contiguous() if x.stride(-1) != 1 else x
-               for x in (q, k, v))
+    q, k, v = (x.contiguous() if x.stride(-1) != 1 else x for x in (q, k, v))
     if mask is not None:
         mask = mask.expand(b, h, length, length)
         if mask.stride(-1) != 1:
