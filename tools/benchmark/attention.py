@@ -630,8 +630,9 @@ LONG_VARIANTS = {
     'mmpe rel-pos': dict(rel_pos=True),
 }
 LONG_MODES = ('eager', 'compiled')
-#: aims (fwd+bwd, x the fused no-RPE row of the same mode and run)
-LONG_AIMS = dict(time_long=1.6, memory_long=1.5, time_1050=1.6)
+#: aims (fwd+bwd, x the fused no-RPE row of the same mode, dtype and run),
+#: at every length: time (wall and process CPU time, both) and tensor peak
+LONG_AIMS = dict(time=1.25, memory=1.3)
 
 
 class LongCall(nn.Module):
@@ -885,28 +886,26 @@ def long_group(length: int, grid: Tuple[int, int], cfg: str,
 
 
 def long_aims(groups: List[dict]) -> List[dict]:
-    """The aims on the default contextual-product-on-keys row (eager) and
-    compiled < eager for every iRPE row."""
+    """The aims on the default contextual-product-on-keys row (eager): time
+    (met when both the wall-time and the process CPU-time ratio are within
+    it: waiting for a core on a busy machine inflates only the first) and
+    tensor peak; and compiled < eager for every iRPE row."""
     out = []
     for g in groups:
         by = {(r['variant'], r['mode']): r for r in g['rows']}
         ctx = by.get((LONG_CTX, 'eager'))
         tag = f"L={g['length']} {g['cfg']}"
         if ctx is not None:
-            if g['length'] >= 4096:
-                out.append(dict(aim=f'{tag} time <= {LONG_AIMS["time_long"]}x',
-                                value=ctx['x'],
-                                met=ctx['x'] <= LONG_AIMS['time_long']))
-                if ctx['peak_x'] is not None:
-                    out.append(dict(
-                        aim=f'{tag} peak memory <= '
-                        f'{LONG_AIMS["memory_long"]}x',
-                        value=ctx['peak_x'],
-                        met=ctx['peak_x'] <= LONG_AIMS['memory_long']))
-            elif g['length'] == 1050:
-                out.append(dict(aim=f'{tag} time <= {LONG_AIMS["time_1050"]}x',
-                                value=ctx['x'],
-                                met=ctx['x'] <= LONG_AIMS['time_1050']))
+            cpu = ctx.get('cpu_x')
+            worst = max(ctx['x'], cpu if cpu is not None else ctx['x'])
+            out.append(dict(aim=f'{tag} time <= {LONG_AIMS["time"]}x',
+                            value=ctx['x'], cpu_value=cpu,
+                            met=worst <= LONG_AIMS['time']))
+            if ctx['peak_x'] is not None:
+                out.append(dict(
+                    aim=f'{tag} peak memory <= {LONG_AIMS["memory"]}x',
+                    value=ctx['peak_x'],
+                    met=ctx['peak_x'] <= LONG_AIMS['memory']))
         for r in g['rows']:
             if r['c_e'] is not None and r['variant'] != LONG_BASE:
                 out.append(dict(aim=f'{tag} {r["variant"]} compiled < eager',
@@ -965,7 +964,9 @@ def long_main(args: argparse.Namespace) -> dict:
     results['aims'] = long_aims(results['groups'])
     print('\naims:')
     for a in results['aims']:
-        print(f"  {a['aim']}: {a['value']:.2f} "
+        cpu = (f" (CPU time {a['cpu_value']:.2f})"
+               if a.get('cpu_value') is not None else '')
+        print(f"  {a['aim']}: {a['value']:.2f}{cpu} "
               f"{'met' if a['met'] else 'NOT met'}")
     results['env']['load_avg_end'] = (os.getloadavg() if hasattr(
         os, 'getloadavg') else None)
