@@ -50,7 +50,8 @@ class PEAttention(AttentionBackends, BaseModule):
 
     Subclasses own the projections (and with them a checkpoint layout) and
     call :meth:`attend` with ``(B, H, L, head_dim)`` tensors; which backend
-    runs a call, and how, is :class:`~.backends.AttentionBackends`.
+    runs a call, and how, is
+    :class:`~mmpe.models.layers.attention.backends.AttentionBackends`.
 
     Args:
         embed_dims (int): Channels C of the tokens.
