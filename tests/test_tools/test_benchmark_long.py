@@ -48,9 +48,24 @@ def test_long_benchmark_quick_json(tmp_path):
                 assert r['c_e'] == pytest.approx(r['fwd_bwd_ms'] /
                                                  eager['fwd_bwd_ms'])
                 assert r['graph_breaks'] == 0, r['name']
-    # the 1050-token aim does not apply to 24 tokens; compiled < eager does
-    aims = [a['aim'] for a in res['aims']]
-    assert all('compiled < eager' in a for a in aims) and len(aims) == 11
+    # at every length: the time aim of the default iRPE row of each head
+    # shape (no memory aim: --no-memory), and compiled < eager of each iRPE
+    # row (5 with DETR heads, 6 with ViT-S: rel-pos)
+    aims = res['aims']
+    time_aims = [a for a in aims if 'time <=' in a['aim']]
+    assert [a['aim'] for a in time_aims] == [
+        f'L=24 {cfg} time <= {tool.LONG_AIMS["time"]}x'
+        for cfg in ('detr', 'vit-s')
+    ]
+    for a in time_aims:
+        ctx = next(r for g in res['groups'] for r in g['rows']
+                   if a['aim'].startswith(f"L=24 {g['cfg']} ")
+                   and r['variant'] == tool.LONG_CTX and r['mode'] == 'eager')
+        assert a['value'] == ctx['x'] and a['cpu_value'] == ctx['cpu_x']
+        assert a['met'] == (max(ctx['x'], ctx['cpu_x']) <=
+                            tool.LONG_AIMS['time'])
+    assert not any('memory' in a['aim'] for a in aims)
+    assert sum('compiled < eager' in a['aim'] for a in aims) == 11
 
 
 def test_memory_row_in_its_own_process():
