@@ -173,7 +173,7 @@ def test_row_stats_is_the_sample_std_over_seeds():
 def test_draws_every_data_figure_and_skips_missing_inputs(tmp_path):
     names = ['demo_curves', 'encoder_pe_scales', 'seg_scales',
              'attention_vs_length', 'attention_long', 'demo_loss',
-             'irpe_buckets']
+             'irpe_buckets', 'decoder_rpb']
     written = make_figures.main(['--out-dir', str(tmp_path), '--only',
                                  *names])
     assert sorted(osp.basename(p) for p in written) == sorted(
@@ -188,3 +188,69 @@ def test_draws_every_data_figure_and_skips_missing_inputs(tmp_path):
         '--data-dir', str(empty), '--out-dir', str(tmp_path / 'out'),
         '--only', 'seg_scales', 'demo_loss', 'rpe_attention'
     ]) == []
+
+
+def test_decoder_rpb_data_from_the_study_json(tmp_path):
+    """--decoder-rpb-runs writes each run's validation AP50 by epoch, rows
+    in the study's order and seeds ascending, and the figure is drawn."""
+    def run(study, row, seed, curve):
+        return dict(study=study, row=row, seed=seed, epochs=len(curve),
+                    val_curve=dict(epochs=list(range(1, len(curve) + 1)),
+                                   bbox_mAP=[v / 4 for v in curve],
+                                   bbox_mAP_50=curve))
+    runs = [
+        run('decoder_rpb_dab', 'DAB-DETR sine + BoxRPB', 1, [0.2, 0.4]),
+        run('decoder_rpb_dab', 'DAB-DETR sine', 0, [0.1, 0.3]),
+        run('decoder_rpb_dab', 'DAB-DETR sine + BoxRPB', 0, [0.2, 0.5]),
+        run('decoder_rpb_cond', 'Cond. DETR sine + point-RPB', 0,
+            [0.3, 0.6]),
+        run('encoder_pe_detr', 'DETR sine', 0, [0.0, 0.0]),  # not drawn
+    ]
+    path = tmp_path / 'runs.json'
+    path.write_text(json.dumps(runs))
+    data_dir = tmp_path / 'data'
+    data_dir.mkdir()
+    written = make_figures.main([
+        '--data-dir', str(data_dir), '--out-dir', str(tmp_path), '--only',
+        'decoder_rpb', '--decoder-rpb-runs', str(path),
+        '--decoder-rpb-note', json.dumps({'date': '2026-01-01'})])
+    assert [osp.basename(p) for p in written] == ['decoder_rpb.png']
+    data = json.loads((data_dir / 'decoder_rpb.json').read_text())
+    assert data['source']['date'] == '2026-01-01'
+    dab, cond = data['panels']
+    assert dab['epochs'] == [1, 2] and dab['title'].startswith('DAB-DETR')
+    assert [(r['name'], r['bias'], r['seed_ids'], r['seeds'])
+            for r in dab['rows']] == [
+        ('DAB-DETR sine', False, [0], [[0.1, 0.3]]),
+        ('DAB-DETR sine + BoxRPB', True, [0, 1], [[0.2, 0.5], [0.2, 0.4]])]
+    assert [r['name'] for r in cond['rows']] == [
+        'Cond. DETR sine + point-RPB']
+    mean, std = make_figures.row_stats(dab['rows'][1])
+    assert mean.tolist() == pytest.approx([0.2, 0.45])
+    assert std.tolist() == pytest.approx([0.0, np.sqrt(0.005)])
+
+
+@pytest.mark.parametrize('panel,header', [
+    (0, '| DAB-DETR, validation AP50 by epoch |'),
+    (1, '| Conditional DETR, validation AP50 by epoch |')])
+def test_decoder_rpb_figure_draws_the_published_curves(panel, header):
+    """docs/data/decoder_rpb.json holds the runs whose means (± sample std
+    over seeds; one seed: the value) docs/results.md prints by epoch."""
+    with open(osp.join(DATA, 'decoder_rpb.json')) as f:
+        data = json.load(f)['panels'][panel]
+    table = _table_from_header('results.md', header)
+    assert list(table) == [row['name'] for row in data['rows']]
+    for row in data['rows']:
+        cells = table[row['name']]
+        assert len(cells) == len(data['epochs'])
+        mean, std = make_figures.row_stats(row)
+        for i, cell in enumerate(cells):
+            if len(row['seeds']) > 1:
+                want_mean, want_std = mean_std(cell)
+            else:
+                want_mean, want_std = float(cell), 0.0
+            places = len(cell.split('±')[0].strip().split('.')[1])
+            assert round(float(mean[i]), places) == pytest.approx(
+                want_mean), (row['name'], i)
+            assert round(float(std[i]), places) == pytest.approx(
+                want_std), (row['name'], i)

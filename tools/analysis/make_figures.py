@@ -435,9 +435,8 @@ def record_decoder_rpb(runs_json: Optional[str], data_dir: str,
     """Write ``data_dir/decoder_rpb.json`` from the JSON of
     ``tools/experiments/ablation.py`` (``--out``) with the
     ``decoder_rpb_*`` studies: every run's validation AP50 by epoch
-    (``val_curve``), rows in the study's order, seeds in ascending order.
-    Only the seeds that every row of a study has are kept, so that each
-    row's mean is over the same seeds."""
+    (``val_curve``), rows in the study's order, each with the seeds it was
+    run with (``seed_ids``, ascending)."""
     if not runs_json:
         return
     with open(runs_json) as f:
@@ -473,12 +472,13 @@ def record_decoder_rpb(runs_json: Optional[str], data_dir: str,
         'and without the relative position bias in the decoder '
         '(decoder_pe), with and without contextual iRPE in the encoder; '
         'one list per seed (seed_ids).',
-        source=dict(
-            published='docs/results.md#relative-position-in-the-decoder-'
+        # the note's keys (date, machine, the runs' command) win
+        source={
+            'published': 'docs/results.md#relative-position-in-the-decoder-'
             'boxrpb-decoder_rpb_dab-decoder_rpb_cond',
-            command='python tools/analysis/make_figures.py --only '
+            'command': 'python tools/analysis/make_figures.py --only '
             f'decoder_rpb --decoder-rpb-runs {runs_json}',
-            **(json.loads(note) if note else {})),
+            **(json.loads(note) if note else {})},
         metric='bbox_mAP_50', panels=panels)
     path = osp.join(data_dir, 'decoder_rpb.json')
     with open(path, 'w') as f:
@@ -514,7 +514,7 @@ def fig_decoder_rpb(data_dir: str, out: str) -> Optional[str]:
                                 else 0.06, linewidth=0)
         ax.set_title(panel['title'], fontsize=10)
         ax.set_xticks(epochs)
-        ax.set_xlabel('epoch')
+        ax.set_xlabel('epoch (solid: with the bias, dashed: without)')
         ax.set_ylabel('validation bbox AP50 (mean, band ± std)')
         ax.set_ylim(0, None)
         ax.grid(alpha=0.3)

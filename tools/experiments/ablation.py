@@ -99,7 +99,8 @@ COND_ROPE_MIXED = \
 DAB_IRPE = 'configs/quickstart/dab-detr_irpe_r18_synthetic.py'
 DAB_BOX_RPB = 'configs/quickstart/dab-detr_box-rpb_r18_synthetic.py'
 DAB_IRPE_BOX_RPB = 'configs/quickstart/dab-detr_irpe_box-rpb_r18_synthetic.py'
-COND_POINT_RPB = 'configs/quickstart/conditional-detr_point-rpb_r18_synthetic.py'
+COND_POINT_RPB = \
+    'configs/quickstart/conditional-detr_point-rpb_r18_synthetic.py'
 COND_IRPE_POINT_RPB = \
     'configs/quickstart/conditional-detr_irpe_point-rpb_r18_synthetic.py'
 NO_SINE = 'model.encoder_pe.absolute=none'
@@ -249,9 +250,8 @@ DEFAULT_EPOCHS = {
     'cpvt_seg_shape': 1500,  # iterations: the demo's schedule
     'rope_coords_detr': 8,  # the encoder_pe studies' schedules
     'rope_coords_cond': 4,
-    # about the same wall time per run (steps of the biased rows, 1 thread:
-    # Conditional DETR 0.62 s, DAB-DETR less); what 2 shared cores allowed
-    # for 3 seeds of the rows without encoder iRPE and 1 of those with
+    # what 2 shared cores allowed in 100 minutes for 3 seeds of the rows
+    # without encoder iRPE and 1 of those with (docs/results.md)
     'decoder_rpb_dab': 3,
     'decoder_rpb_cond': 3,
 }
