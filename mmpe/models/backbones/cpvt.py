@@ -148,9 +148,9 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
             100 / 10 (Heo et al.).
         rope_cfg (dict, optional): For ``'rope2d'`` / ``'rope-mixed'``: the
             keys of ``encoder_pe.relative`` of that type
-            (:data:`~mmpe.models.layers.rope_coords.ROPE_ARGS`): ``theta``,
+            (:data:`~mmpe.models.layers.encodings.rope_coords.ROPE_ARGS`): ``theta``,
             ``rotate`` (RoPE-Mixed), and the token coordinates
-            (:mod:`mmpe.models.layers.rope_coords`) ``coords``
+            (:mod:`mmpe.models.layers.encodings.rope_coords`) ``coords``
             (``'index'``, integer token positions, the default; or
             ``'normalized'``, DINOv3's patch centres in ``[-1, 1]`` of each
             image's valid extent, read from the token padding mask; without
@@ -184,7 +184,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         pos_embed_interp (str): How the ``'learnable'`` table is resampled
             to the input's grid: ``'timm'`` (antialiased bicubic) or
             ``'detectron2'`` (ViTDet's ``get_abs_pos``: plain bicubic), see
-            :data:`~mmpe.models.layers.pos_embed_2d.POS_EMBED_INTERPS`.
+            :data:`~mmpe.models.layers.encodings.pos_embed_2d.POS_EMBED_INTERPS`.
             Defaults to 'timm'.
         attn_impl (str): Attention backend of every block, ``'auto'``,
             ``'explicit'``, ``'chunked'``, ``'sdpa'`` or ``'flex'`` (see

@@ -83,12 +83,12 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     """The rotary module's arguments and the token-coordinate arguments.
 
     ``rope_cfg`` takes the keys of ``encoder_pe.relative`` of the rotary
-    type in ``encodings`` (:data:`~mmpe.models.layers.rope_coords.ROPE_ARGS`:
+    type in ``encodings`` (:data:`~mmpe.models.layers.encodings.rope_coords.ROPE_ARGS`:
     ``theta``, ``rotate`` for RoPE-Mixed, and the coordinates ``coords``,
     ``normalize``, ``shift``, ``jitter``, ``rescale``); ``rope_theta`` is
     the older spelling of ``rope_cfg.theta`` (both may be given only with
     the same value). The coordinate values are checked where they are used
-    (:class:`~mmpe.models.layers.rope_coords.RoPECoords`).
+    (:class:`~mmpe.models.layers.encodings.rope_coords.RoPECoords`).
 
     Returns:
         tuple[dict, dict | None]: The keyword arguments of ``RoPE2D`` /
