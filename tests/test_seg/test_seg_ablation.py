@@ -168,7 +168,7 @@ def test_shape_study_never_reuses_a_colour_run():
                       options=options, seed=0, epochs=20)
     args = argparse.Namespace(studies=['cpvt_seg_shape', 'cpvt_seg'],
                               seeds=[0], epochs=20, quick=False,
-                              rows=[name])
+                              rows=[name], exclude_rows=[])
     runs, copies = ablation._plan(args, [colour_run])
     assert [(r[0], r[1]) for r in runs] == [('cpvt_seg_shape', name)]
     assert copies == []
