@@ -295,15 +295,21 @@ def _run_measured(cmd: Sequence[str], log_file: str,
     return seconds, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
 
 
-def _last_val_metrics(work_dir: str) -> Dict[str, float]:
-    metrics: Dict[str, float] = {}
+def _val_records(work_dir: str) -> List[dict]:
+    """The validation records (``coco/bbox_mAP`` lines) of a run's
+    ``scalars.json`` files, in the order of its (resumed) run directories."""
+    records = []
     for path in sorted(
             glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))):
         with open(path) as f:
-            for line in f:
-                rec = json.loads(line)
-                if 'coco/bbox_mAP' in rec:
-                    metrics = rec
+            records += [rec for rec in map(json.loads, f)
+                        if 'coco/bbox_mAP' in rec]
+    return records
+
+
+def _last_val_metrics(work_dir: str) -> Dict[str, float]:
+    records = _val_records(work_dir)
+    metrics = records[-1] if records else {}
     if not metrics:
         raise RuntimeError(f'no validation metrics in {work_dir}')
     return {k: v for k, v in metrics.items() if k.startswith('coco/')}
@@ -313,14 +319,7 @@ def _val_curve(work_dir: str) -> Dict[str, list]:
     """Every validation of a run, by epoch: ``epochs``, ``bbox_mAP``,
     ``bbox_mAP_50`` (a resumed run's later directory wins an epoch logged
     twice)."""
-    by_epoch: Dict[int, dict] = {}
-    for path in sorted(
-            glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))):
-        with open(path) as f:
-            for line in f:
-                rec = json.loads(line)
-                if 'coco/bbox_mAP' in rec:
-                    by_epoch[int(rec['step'])] = rec
+    by_epoch = {int(rec['step']): rec for rec in _val_records(work_dir)}
     epochs = sorted(by_epoch)
     return dict(epochs=epochs, **{
         key: [by_epoch[e][f'coco/{key}'] for e in epochs]
