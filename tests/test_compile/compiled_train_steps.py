@@ -3,12 +3,18 @@
 ``compile`` setting does, ``Runner._maybe_compile``), as JSON on stdout.
 
 Run by ``test_compiled_training.py`` in a fresh interpreter, as
-``tools/train.py`` runs a compiled training: TorchDynamo keeps process-wide
-state between compilations that ``torch._dynamo.reset()`` does not clear
-(run in the pytest process right after ``test_attention_compile.py``, the
-quick-start DETR-iRPE step failed in a fake-tensor ``copy.deepcopy`` of a
-numpy array in mmengine's ``set_metainfo``; alone it passes), so an
-in-process case would test the order of the suite, not the training.
+``tools/train.py`` runs a compiled training.
+
+The batches carry the metainfo that mmdet's pipeline gives (``Resize`` sets
+``scale_factor`` to a tuple of floats), not the numpy array of
+``mmdet.testing.demo_mm_inputs``: TorchDynamo (PyTorch 2.13) traces
+``data_sample.to(device)`` -> ``set_metainfo`` -> ``copy.deepcopy`` of the
+metainfo, treats an ndarray there as a tensor and fails on its
+``__deepcopy__`` (``TorchRuntimeError ... 'ndarray' object has no attribute
+'__deepcopy__'``), unless a list value earlier in the dict made it break the
+graph first. The dict's order is that of a Python set of the keys, so it
+failed or passed with ``PYTHONHASHSEED`` (seeds 4, 5 and 7 failed, 0-3 and 6
+passed), which is what made this case fail in some suite runs.
 
     python tests/test_compile/compiled_train_steps.py detr_irpe_r18_synthetic.py
 """
@@ -17,6 +23,7 @@ import json
 import os.path as osp
 import sys
 
+import numpy as np
 import torch
 from mmdet.registry import MODELS
 from mmdet.testing import demo_mm_inputs
@@ -30,11 +37,21 @@ QUICK = osp.join(ROOT, 'configs', 'quickstart')
 BATCHES = ([(3, 96, 160), (3, 128, 96)], [(3, 112, 64), (3, 80, 144)])
 
 
+def as_pipeline_metainfo(batch: dict) -> dict:
+    """Numpy arrays in each sample's metainfo become tuples of floats, as
+    mmdet's ``Resize`` + ``PackDetInputs`` give ``scale_factor``."""
+    for sample in batch['data_samples']:
+        arrays = {k: tuple(v.tolist()) for k, v in sample.metainfo_items()
+                  if isinstance(v, np.ndarray)}
+        sample.set_metainfo(arrays)
+    return batch
+
+
 def batches(num_classes: int, with_mask: bool) -> list:
     return [
-        demo_mm_inputs(
+        as_pipeline_metainfo(demo_mm_inputs(
             batch_size=2, image_shapes=shapes, num_items=[2, 1],
-            num_classes=num_classes, with_mask=with_mask)
+            num_classes=num_classes, with_mask=with_mask))
         for shapes in BATCHES
     ]
 

@@ -12,9 +12,10 @@ optimizer update are checked without code generation; full inductor code
 generation of the quick-start DETR-iRPE's train step is the e2e test at the
 end.
 
-Each case runs in a fresh interpreter (``compiled_train_steps.py``, as
-``tools/train.py`` runs a compiled training: TorchDynamo state left by the
-other compile tests of this process changed what it traced, see there).
+Each case runs in a fresh interpreter (``compiled_train_steps.py``), as
+``tools/train.py`` runs a compiled training, with the metainfo that mmdet's
+pipeline gives (a numpy ``scale_factor`` made TorchDynamo fail for some
+``PYTHONHASHSEED`` values; ``compiled_train_steps.py`` says why).
 The quick-start DETR-iRPE case runs in every ``make test`` (about 1.5 min on
 2 cores); the other configs take minutes each (mmdet's own parts of a
 detector, e.g. the Hungarian assigner on scipy, split the train step into
