@@ -155,6 +155,10 @@ def recompile_limit_one(monkeypatch):
     real one again afterwards)."""
     from mmpe.models.layers.attention import flex as irpe_flex
     monkeypatch.setattr(irpe_flex, 'FLEX_RECOMPILE_LIMIT', 1)
+    if not irpe_flex._recompile_options():
+        # a PyTorch without torch.compile(recompile_limit=...): the wrapper
+        # runs under dynamo's own limit (test-scoped here)
+        monkeypatch.setattr(torch._dynamo.config, 'recompile_limit', 1)
     irpe_flex.compiled_flex_attention.cache_clear()
     torch._dynamo.reset()
     yield
@@ -184,3 +188,36 @@ def test_past_the_recompile_limit_the_layer_falls_back(recompile_limit_one):
             torch.testing.assert_close(got, explicit(x, **kwargs),
                                        atol=_F32_ATOL, rtol=0)
     assert flex._flex_failed
+
+
+def test_flex_wrapper_compiles_where_torch_compile_has_no_recompile_limit(
+        monkeypatch):
+    """PyTorch 2.13's ``torch.compile`` takes ``recompile_limit`` /
+    ``isolate_recompiles`` and the wrapper uses them; a ``torch.compile``
+    without them (PyTorch 2.11, as a CUDA build a user brings) still builds
+    the wrapper, ``fullgraph`` and static shapes, under dynamo's own limit
+    (with the two arguments passed there, every FlexAttention call raised
+    TypeError and fell back to the explicit backend: seen on an H100 with
+    torch 2.11)."""
+    from mmpe.models.layers.attention import flex as irpe_flex
+    if tuple(int(p) for p in torch.__version__.split('.')[:2]) >= (2, 13):
+        assert irpe_flex._recompile_options() == dict(
+            recompile_limit=irpe_flex.FLEX_RECOMPILE_LIMIT,
+            isolate_recompiles=True)
+    calls = []
+
+    def compile_of_torch_2_11(model=None, *, fullgraph=False, dynamic=None,
+                              backend='inductor', mode=None, options=None,
+                              disable=False):
+        calls.append(dict(fullgraph=fullgraph, dynamic=dynamic))
+        return model
+
+    monkeypatch.setattr(torch, 'compile', compile_of_torch_2_11)
+    irpe_flex.compiled_flex_attention.cache_clear()
+    try:
+        assert irpe_flex._recompile_options() == {}
+        assert irpe_flex.compiled_flex_attention() is \
+            irpe_flex._flex_attention
+    finally:
+        irpe_flex.compiled_flex_attention.cache_clear()
+    assert calls == [dict(fullgraph=True, dynamic=False)]

@@ -33,7 +33,7 @@ def test_cpu_rule_is_the_length_threshold(free):
     cases = [
         (AttentionCall(short, True), False, 'explicit'),
         (AttentionCall(long, True), False, 'chunked'),
-        (AttentionCall(long, True), True, 'flex'),
+        (AttentionCall(long, True), True, 'chunked'),  # never trains flex
         (AttentionCall(8192, False), False, 'sdpa'),
         (AttentionCall(long, False, values_term=True), True, 'chunked'),
         (AttentionCall(short, False, values_term=True), False, 'explicit'),
@@ -49,12 +49,13 @@ def test_cuda_rule_detr_recipe_keeps_explicit_on_a_large_gpu():
     call = _cuda(**DETR)
     assert memory_estimate('explicit', call) == 3 * 16 * 1156**2 * 4
     assert auto_backend(call, True, free_bytes=60 * GiB) == 'explicit'
-    assert auto_backend(call, True, free_bytes=GiB // 2) == 'flex'
+    # short of memory: training never takes FlexAttention (see the rule)
+    assert auto_backend(call, True, free_bytes=GiB // 2) == 'chunked'
     assert auto_backend(call, False, free_bytes=GiB // 2) == 'chunked'
     # the boundary: the estimate against the share of free memory
     edge = int(memory_estimate('explicit', call) / CUDA_MEMORY_FRACTION) + 1
     assert auto_backend(call, True, free_bytes=edge) == 'explicit'
-    assert auto_backend(call, True, free_bytes=edge - 8) == 'flex'
+    assert auto_backend(call, True, free_bytes=edge - 8) == 'chunked'
 
 
 def test_cross_attention_counts_queries_times_keys():
@@ -78,7 +79,7 @@ def test_cuda_rule_vit_b_global_attention_by_gpu_size():
     call = _cuda(**VITB)
     assert memory_estimate('explicit', call) == 3 * 24 * 4096**2 * 4
     assert auto_backend(call, True, free_bytes=70 * GiB) == 'explicit'
-    assert auto_backend(call, True, free_bytes=12 * GiB) == 'flex'
+    assert auto_backend(call, True, free_bytes=12 * GiB) == 'chunked'
     half = _cuda(**dict(VITB, itemsize=2))  # bf16 / fp16: half the bytes
     assert auto_backend(half, True, free_bytes=12 * GiB) == 'explicit'
 
@@ -97,8 +98,10 @@ def test_cuda_rule_inference_and_values_terms():
     vals = _cuda(values_term=True, **VITB)
     assert auto_backend(vals, True, free_bytes=GiB) == 'chunked'
     # while tracing the free memory is unknown: the length threshold
-    assert auto_backend(_cuda(**VITB), True) == 'flex'
-    assert auto_backend(_cuda(**DETR), True) == 'flex'
+    assert auto_backend(_cuda(**VITB), True) == 'chunked'
+    assert auto_backend(_cuda(**DETR), True) == 'chunked'
+    assert auto_backend(_cuda(needs_grad=False, values_term=True, **VITB),
+                        True) == 'chunked'
     assert auto_backend(_cuda(**dict(DETR, length=30 * 30)), True) == \
         'explicit'
 

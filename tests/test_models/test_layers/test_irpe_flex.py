@@ -337,6 +337,18 @@ cuda = pytest.mark.skipif(
 CUDA_ATOL = 1e-4
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Each CUDA test compiles from an empty dynamo cache: every iRPE
+    setting is a kernel of its own, and under a PyTorch without a
+    per-wrapper limit (2.11) dynamo's limit of 8 per code object counted
+    every earlier test's kernels (then the layer falls back, and the
+    setting is not tested)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 def _cores(rpe_on, mode, method, skip, shared):
     """An explicit and a flex PEAttention with the same random tables."""
     cores = []
@@ -364,6 +376,7 @@ def _train_call(core, grid, skip):
 
 
 @cuda
+@pytest.mark.usefixtures('fresh_dynamo')
 @pytest.mark.parametrize('mode,method,on,skip,shared', CASES)
 def test_cuda_flex_training_equals_explicit(mode, method, on, skip, shared):
     """Forward and backward of the fused kernel: gradients of q, k, v and,
@@ -383,13 +396,14 @@ def test_cuda_flex_training_equals_explicit(mode, method, on, skip, shared):
 
 
 @cuda
-@pytest.mark.parametrize('free,flex_calls', [(None, 0), (0, 1)])
-def test_cuda_auto_trains_with_flex_when_memory_is_short(
-        monkeypatch, free, flex_calls):
-    """attn_impl='auto' on CUDA: the explicit backend while its memory
-    estimate fits the free memory (here: the device's own), the fused
-    kernel when it does not (free memory 0), equal to the explicit
-    backend."""
+@pytest.mark.usefixtures('fresh_dynamo')
+@pytest.mark.parametrize('free', [None, 0])
+def test_cuda_auto_trains_without_flex(monkeypatch, free):
+    """attn_impl='auto' trains on CUDA with the explicit backend while its
+    memory estimate fits the free memory (here: the device's own), with the
+    chunked one when it does not (free memory 0), never with FlexAttention
+    (its backward failed to compile for most settings on an H100, PyTorch
+    2.11), equal to the explicit backend."""
     calls = []
     real = backends.irpe_flex_attention
 
@@ -409,7 +423,7 @@ def test_cuda_auto_trains_with_flex_when_memory_is_short(
     auto.load_state_dict(explicit.state_dict())
     want = _train_call(explicit, grid, 0)
     got = _train_call(auto, grid, 0)
-    assert len(calls) == flex_calls
+    assert not calls  # which of the two runs: test_backend_rule.py
     torch.testing.assert_close(got[0], want[0], atol=CUDA_ATOL, rtol=0)
     for g, w in zip(got[1], want[1]):
         torch.testing.assert_close(g, w, atol=CUDA_ATOL, rtol=0)
@@ -419,6 +433,7 @@ def test_cuda_auto_trains_with_flex_when_memory_is_short(
 
 
 @cuda
+@pytest.mark.usefixtures('fresh_dynamo')
 def test_cuda_flex_training_one_compilation_per_size_bucket():
     """Grids of one size bucket (129-256 tokens) train with one
     compilation, each equal to the explicit backend forward and

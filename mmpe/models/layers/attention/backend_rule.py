@@ -11,16 +11,24 @@ checked anywhere with the inputs of any device.
   where free memory cannot be read inside a graph): no gradient into the
   terms and no iRPE on values: SDPA with the terms as a constant mask;
   otherwise ``'explicit'`` below :data:`AUTO_CHUNKED_FROM` tokens and
-  ``'chunked'`` (``'flex'`` where it applies) from there on.
+  ``'chunked'`` from there on.
 * CUDA: the dense backend (``'sdpa'`` for the constant mask, else
   ``'explicit'``) while its :func:`memory_estimate` fits in
   :data:`CUDA_MEMORY_FRACTION` of the free device memory; beyond, a backend
-  without an ``(L, L)`` tensor: ``'flex'`` where FlexAttention applies,
-  else ``'chunked'``. The dense backends are plain PyTorch ops (no
-  compilation); the speed of FlexAttention against them on CUDA has not
-  been measured by mmpe, so memory decides. Each call reads the free memory
-  as it runs: layers that keep ``(L, L)`` probabilities for the backward
-  leave less of it to the next ones, which switch once it is short.
+  without an ``(L, L)`` tensor: ``'flex'`` where FlexAttention applies and
+  no gradient flows, else ``'chunked'``. The dense backends are plain
+  PyTorch ops (no compilation); the speed of FlexAttention against them on
+  CUDA has not been measured by mmpe, so memory decides. Each call reads
+  the free memory as it runs: layers that keep ``(L, L)`` probabilities for
+  the backward leave less of it to the next ones, which switch once it is
+  short.
+
+``'auto'`` never trains with FlexAttention: on an H100 (PyTorch 2.11,
+``make gpu-check``) its backward compiled for contextual iRPE on keys and
+failed to compile for the other settings tried (bias, cross, euclidean and
+quant methods, iRPE on queries), and a backward compiles at the first
+``backward()``, after the forward has run, where no other backend can take
+over. ``attn_impl='flex'`` asks for it by name.
 """
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -32,9 +40,8 @@ from ..terms.relative_term import split_terms
 from .chunked import chunk_rows
 from .flex_shapes import padded_length
 
-#: ``attn_impl='auto'`` off CUDA trains with the chunked backend (flex
-#: where it applies) from this many tokens on and with the explicit one
-#: below; measured on CPU, see docs/benchmark.md ("Long sequences").
+#: ``attn_impl='auto'`` off CUDA trains with the chunked backend from this
+#: many tokens on and with the explicit one below; measured on CPU, see docs/benchmark.md ("Long sequences").
 AUTO_CHUNKED_FROM = 1024
 #: On CUDA the dense backend runs while its estimated peak is at most this
 #: fraction of the free device memory (the rest of the step - later
@@ -172,7 +179,9 @@ def auto_backend(call: AttentionCall,
     if fused_ok:
         return 'fused'
     dense = 'explicit' if call.values_term or call.needs_grad else 'sdpa'
-    bounded = 'flex' if flex_ok and not call.values_term else 'chunked'
+    # FlexAttention for inference only (module docstring)
+    flex = flex_ok and not call.values_term and not call.needs_grad
+    bounded = 'flex' if flex else 'chunked'
     if call.device_type != 'cuda' or free_bytes is None:
         # a cross-attention: the (L, S) tensor of a self-attention's size
         if (dense == 'sdpa'

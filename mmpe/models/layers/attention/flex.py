@@ -35,6 +35,7 @@ to a few size buckets (:mod:`~mmpe.models.layers.attention.flex_shapes`): a new
 inside a bucket none.
 """
 import functools
+import inspect
 import math
 from typing import Callable, Dict, Optional
 
@@ -76,13 +77,28 @@ def compiled_flex_attention() -> Callable:
     regions (``isolate_recompiles``); past
     :data:`~.flex_shapes.FLEX_RECOMPILE_LIMIT` kernels a
     call raises instead of running FlexAttention uncompiled.
+
+    A PyTorch whose ``torch.compile`` lacks these two arguments (2.11 has
+    neither; the CUDA builds users bring may be older than the stack's
+    2.13) compiles the same wrapper under dynamo's own limit
+    (``torch._dynamo.config.recompile_limit``, 8 by default, counted per
+    code object): past it a ``fullgraph`` call raises there too.
     """
     if not FLEX_AVAILABLE:
         raise RuntimeError('FlexAttention is not available in PyTorch '
                            f'{torch.__version__}')
     return torch.compile(_flex_attention, dynamic=False, fullgraph=True,
-                         recompile_limit=FLEX_RECOMPILE_LIMIT,
-                         isolate_recompiles=True)
+                         **_recompile_options())
+
+
+def _recompile_options() -> Dict[str, object]:
+    """``torch.compile``'s per-wrapper recompile limit, where this PyTorch
+    has the arguments (read once, off the hot path)."""
+    params = inspect.signature(torch.compile).parameters
+    if 'recompile_limit' in params and 'isolate_recompiles' in params:
+        return dict(recompile_limit=FLEX_RECOMPILE_LIMIT,
+                    isolate_recompiles=True)
+    return {}
 
 
 def flex_unsupported_reason(device: torch.device,
