@@ -7,6 +7,8 @@
 #               label maps for the embedded set, the quick-start Semantic
 #               FPN with a tiny CPVT, mIoU
 #   make test   set up .venv with test dependencies, run the test suite
+#   make test-each-file   the same, each test file in a pytest process of
+#               its own (a file that needs another to run first fails)
 #   make docs   set up .venv plus the documentation tools (requirements/docs.txt),
 #               build the site into docs/_build/html, warnings as errors
 #   make figures  draw the figures of the docs (docs/_static/figures) from
@@ -34,8 +36,8 @@ TEST_THREADS ?= 1
 DOCS_BUILD_DIR ?= docs/_build/html
 SPHINX_ARGS ?=
 
-.PHONY: demo demo-fast test setup setup-tests data train-demo eval-demo \
-	demo-seg setup-docs docs figures gpu-check
+.PHONY: demo demo-fast test test-each-file setup setup-tests data train-demo \
+	eval-demo demo-seg setup-docs docs figures gpu-check
 
 setup:
 	bash tools/setup_env.sh
@@ -73,6 +75,11 @@ demo-seg: setup
 
 test: setup-tests
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest tests $(PYTEST_ARGS)
+
+# every test file in a pytest process of its own (order independence;
+# docs/testing.md); one line per file, exit status 1 if any failed
+test-each-file: setup-tests
+	TEST_THREADS=$(TEST_THREADS) bash tools/test_each_file.sh $(PYTEST_ARGS)
 
 # the documentation tools go into the same .venv (autodoc imports mmpe, so
 # the site needs the runtime stack); pinned in requirements/docs.txt
