@@ -233,8 +233,9 @@ def test_auto_rule():
     assert core.select_backend(short, needs_grad=True) == 'explicit'
     assert core.select_backend(long, needs_grad=True) == 'chunked'
     assert core.select_backend(8192, needs_grad=True) == 'chunked'
-    # CUDA with FlexAttention applicable: flex from the threshold on
-    assert core.select_backend(long, True, flex_ok=True) == 'flex'
+    # FlexAttention applicable: never in training (its backward failed to
+    # compile for most settings on an H100; backend_rule)
+    assert core.select_backend(long, True, flex_ok=True) == 'chunked'
     assert core.select_backend(short, True, flex_ok=True) == 'explicit'
     # inference: the terms as a constant mask of SDPA at any length
     assert core.select_backend(short, needs_grad=False) == 'sdpa'

@@ -299,7 +299,11 @@ class PEAttention(AttentionBackends, BaseModule):
         terms = self.relative_terms(qs, ks, height, width) + list(terms)
         needs_grad = torch.is_grad_enabled() and any(
             x.requires_grad for term in terms for x in term.tensors)
-        flex_ok = (q.device.type == 'cuda' and rope is None
+        # 'auto' takes FlexAttention only where no backward runs through
+        # it (frozen tables included): backend_rule's docstring says why
+        backward = torch.is_grad_enabled() and any(
+            x.requires_grad for x in (q, k, v))
+        flex_ok = (q.device.type == 'cuda' and rope is None and not backward
                    and self._flex_reason(q, k, v, attn_mask) is None)
         if impl in ('chunked', 'fused') and is_exporting():
             impl = 'explicit'  # exported graphs hold standard ops only
