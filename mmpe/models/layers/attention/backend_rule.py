@@ -16,19 +16,21 @@ checked anywhere with the inputs of any device.
   ``'explicit'``) while its :func:`memory_estimate` fits in
   :data:`CUDA_MEMORY_FRACTION` of the free device memory; beyond, a backend
   without an ``(L, L)`` tensor: ``'flex'`` where FlexAttention applies and
-  no gradient flows, else ``'chunked'``. The dense backends are plain
+  no backward runs, else ``'chunked'``. The dense backends are plain
   PyTorch ops (no compilation); the speed of FlexAttention against them on
   CUDA has not been measured by mmpe, so memory decides. Each call reads
   the free memory as it runs: layers that keep ``(L, L)`` probabilities for
   the backward leave less of it to the next ones, which switch once it is
   short.
 
-``'auto'`` never trains with FlexAttention: on an H100 (PyTorch 2.11,
-``make gpu-check``) its backward compiled for contextual iRPE on keys and
-failed to compile for the other settings tried (bias, cross, euclidean and
-quant methods, iRPE on queries), and a backward compiles at the first
-``backward()``, after the forward has run, where no other backend can take
-over. ``attn_impl='flex'`` asks for it by name.
+``'auto'`` never trains with FlexAttention (``flex_ok`` is False where a
+backward runs through the call, and ``needs_grad`` rules it out here): on an
+H100 (PyTorch 2.11, ``make gpu-check``) it trained contextual iRPE on keys
+(product, euclidean, quant) equal to ``'explicit'`` and failed for the 13
+other settings it reached (bias tables, the cross method, iRPE on queries,
+class tokens), where read in the backward's compilation, which comes at the
+first ``backward()``, after the forward has run, where no other backend can
+take over. ``attn_impl='flex'`` asks for it by name.
 """
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -41,7 +43,8 @@ from .chunked import chunk_rows
 from .flex_shapes import padded_length
 
 #: ``attn_impl='auto'`` off CUDA trains with the chunked backend from this
-#: many tokens on and with the explicit one below; measured on CPU, see docs/benchmark.md ("Long sequences").
+#: many tokens on and with the explicit one below; measured on CPU, see
+#: docs/benchmark.md ("Long sequences").
 AUTO_CHUNKED_FROM = 1024
 #: On CUDA the dense backend runs while its estimated peak is at most this
 #: fraction of the free device memory (the rest of the step - later
