@@ -330,6 +330,9 @@ def attention_part(level: str, args: argparse.Namespace,
                    device: torch.device) -> dict:
     """Build, compile, time and summarise one level's rows."""
     inputs = GridInputs(args.batch, args.grid, args.dims, args.pad, device)
+    # the first calls compile from an empty cache: graphs that earlier work
+    # in this process left (another level, a caller's) neither count nor run
+    torch._dynamo.reset()
     rows = build_rows(level, args, device)
     timing = argparse.Namespace(
         passes=args.passes, rounds=args.rounds, verbose=args.verbose,
