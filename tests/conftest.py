@@ -4,8 +4,10 @@ set check's cache (``XDG_CACHE_HOME``) in a temporary folder, for the tests
 and the tools they start, never the user's; and the ``timm`` fixture: the
 real timm with the torchvision stand-in of ``tests/timm_stub.py`` (why it
 exists is said there); every test starts from the same state of the global
-random generators, whatever ran before it; ``free_port``; opt-in tests
+random generators, whatever ran before it, and from mmcv's own default of
+``MultiheadAttention(dropout_layer=...)``; ``free_port``; opt-in tests
 (``@pytest.mark.opt_in('ENV_VAR')``) deselected unless ``ENV_VAR=1``."""
+import copy
 import os
 import random
 import socket
@@ -20,6 +22,7 @@ register_all_modules(init_default_scope=True)
 import mmpe  # noqa: E402,F401
 
 import pytest  # noqa: E402
+from mmcv.cnn.bricks.transformer import MultiheadAttention  # noqa: E402
 
 from timm_stub import import_timm  # noqa: E402
 
@@ -79,6 +82,35 @@ def _global_generators_seeded_per_test():
     _seed_global_generators()
     yield
     _seed_global_generators()
+
+
+# mmcv 2.1.0's MultiheadAttention, given the deprecated ``dropout`` key
+# (mmdet's DETR configs use it), writes that value into its default
+# ``dropout_layer`` dict, so every later mmcv MultiheadAttention built without
+# ``dropout_layer`` in the process gets that dropout.
+_MMCV_MHA_DEFAULTS = MultiheadAttention.__init__.__defaults__
+_MMCV_MHA_DROPOUT_LAYER = next(d for d in _MMCV_MHA_DEFAULTS
+                               if isinstance(d, dict))
+_MMCV_MHA_DROPOUT_LAYER_AT_IMPORT = copy.deepcopy(_MMCV_MHA_DROPOUT_LAYER)
+
+
+@pytest.fixture(autouse=True)
+def _mmcv_attention_default_given_back():
+    """Each test starts with mmcv's default ``dropout_layer`` as mmcv
+    defines it (Dropout(0)), whatever configs earlier tests built: a test
+    that builds a DETR config leaves it at 0.1 otherwise, and a later test's
+    ``MultiheadAttention`` in training mode draws dropout that its reference
+    does not (a shuffled run's failure). Given back when the test starts
+    (after the module fixtures) and when it ends."""
+    _give_back_mmcv_attention_default()
+    yield
+    _give_back_mmcv_attention_default()
+
+
+def _give_back_mmcv_attention_default():
+    _MMCV_MHA_DROPOUT_LAYER.clear()
+    _MMCV_MHA_DROPOUT_LAYER.update(
+        copy.deepcopy(_MMCV_MHA_DROPOUT_LAYER_AT_IMPORT))
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ import os.path as osp
 
 import pytest
 import torch
+from mmcv.cnn.bricks.transformer import MultiheadAttention
+from torch import nn
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 
@@ -94,6 +96,55 @@ def test_grid_call_hands_tokens_and_the_maps_grid():
         assert torch.equal(mask, tokens.mask) and mask[1].any()
         assert kwargs == (dict(spatial_shape=(3, 5)) if spatial else {})
         assert out.shape == s.grad.shape
+
+
+def _dropout_probs(module):
+    """Every dropout probability in ``module``: nn.Dropout layers and
+    nn.MultiheadAttention's own ``dropout`` on the probabilities."""
+    return ([m.p for m in module.modules() if isinstance(m, nn.Dropout)] +
+            [m.dropout for m in module.modules()
+             if isinstance(m, nn.MultiheadAttention)])
+
+
+@pytest.mark.parametrize('level', ['layer', 'encoder'])
+def test_rows_keep_their_dropout_after_a_detr_is_built(level):
+    """mmcv 2.1.0's MultiheadAttention writes the deprecated ``dropout`` of
+    any call (mmdet's DETR configs pass ``dropout=0.1``) into its default
+    ``dropout_layer``. The tool's layers give theirs, so a DETR built earlier
+    in the process leaves the baseline at ``--dropout`` (without: the
+    compiled baseline drew other dropout than its eager twin, 0.72 apart, in
+    a shuffled suite)."""
+    MultiheadAttention(8, 2, dropout=0.1)  # as building mmdet's DETR does
+    assert MultiheadAttention(8, 2).dropout_layer.p == 0.1  # mmcv's default
+    tool = _tool()
+    args = tool.parse_args(['--quick'])
+    assert args.dropout == 0.0
+    for variant in (tool.BASELINE, tool.CTX):
+        torch.manual_seed(0)
+        call = tool.GridCall(
+            tool._module(variant, level, args), variant != tool.BASELINE)
+        probs = _dropout_probs(call)
+        assert probs and set(probs) == {0.0}, (variant, probs)
+        # training mode, two calls from other generator states: no dropout
+        s = tool.GridInputs(2, (4, 5), args.dims, 0.4, torch.device('cpu'))
+        outs = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            outs.append(call(s.x, s.pos, s.mask))
+        torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+
+
+def test_rows_leave_mmcv_default_dropout_alone():
+    """The tool's own ``--dropout`` goes to its layers only: mmcv's default
+    ``dropout_layer`` stays Dropout(0) (the conftest gives it back before
+    each test)."""
+    tool = _tool()
+    args = tool.parse_args(['--quick', '--dropout', '0.2'])
+    for level in ('layer', 'encoder'):
+        for variant in (tool.BASELINE, tool.CTX):
+            module = tool._module(variant, level, args)
+            assert 0.2 in _dropout_probs(module), (level, variant)
+    assert MultiheadAttention(8, 2).dropout_layer.p == 0.0
 
 
 def test_train_step_seeds_of_one_size_are_refused():

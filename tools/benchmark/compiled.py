@@ -186,7 +186,7 @@ def _module(name: str, level: str, args: argparse.Namespace) -> nn.Module:
     """The layer or encoder of a variant."""
     attn = VARIANTS[name]
     if level == 'layer':
-        common = dict(batch_first=True, attn_drop=args.dropout)
+        common = bench.layer_dropout_cfg(args)
         if attn is None:
             return MultiheadAttention(args.dims, args.heads, **common)
         return iRPEMultiheadAttention(args.dims, args.heads, **common, **attn)
