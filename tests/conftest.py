@@ -7,7 +7,6 @@ exists is said there); every test starts from the same state of the global
 random generators, whatever ran before it, and from mmcv's own default of
 ``MultiheadAttention(dropout_layer=...)``; ``free_port``; opt-in tests
 (``@pytest.mark.opt_in('ENV_VAR')``) deselected unless ``ENV_VAR=1``."""
-import copy
 import os
 import random
 import socket
@@ -88,10 +87,9 @@ def _global_generators_seeded_per_test():
 # (mmdet's DETR configs use it), writes that value into its default
 # ``dropout_layer`` dict, so every later mmcv MultiheadAttention built without
 # ``dropout_layer`` in the process gets that dropout.
-_MMCV_MHA_DEFAULTS = MultiheadAttention.__init__.__defaults__
-_MMCV_MHA_DROPOUT_LAYER = next(d for d in _MMCV_MHA_DEFAULTS
-                               if isinstance(d, dict))
-_MMCV_MHA_DROPOUT_LAYER_AT_IMPORT = copy.deepcopy(_MMCV_MHA_DROPOUT_LAYER)
+_MMCV_MHA_DROPOUT_LAYER = next(
+    d for d in MultiheadAttention.__init__.__defaults__ if isinstance(d, dict))
+_MMCV_MHA_DROPOUT_LAYER_AT_IMPORT = dict(_MMCV_MHA_DROPOUT_LAYER)
 
 
 @pytest.fixture(autouse=True)
@@ -109,8 +107,7 @@ def _mmcv_attention_default_given_back():
 
 def _give_back_mmcv_attention_default():
     _MMCV_MHA_DROPOUT_LAYER.clear()
-    _MMCV_MHA_DROPOUT_LAYER.update(
-        copy.deepcopy(_MMCV_MHA_DROPOUT_LAYER_AT_IMPORT))
+    _MMCV_MHA_DROPOUT_LAYER.update(_MMCV_MHA_DROPOUT_LAYER_AT_IMPORT)
 
 
 @pytest.fixture

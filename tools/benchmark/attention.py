@@ -228,7 +228,7 @@ def layer_rows(args: argparse.Namespace, device: torch.device,
                flex_ok: Dict[str, bool]) -> List[Row]:
     """Every single-layer row (filtered by ``--variants`` later)."""
     dims, heads = args.dims, args.heads
-    common = layer_dropout_cfg(args)
+    common = layer_kwargs(args)
 
     def mmcv_call(m, x, s):
         return m(x, query_pos=s.pos, key_padding_mask=s.mask)
@@ -289,13 +289,13 @@ def layer_rows(args: argparse.Namespace, device: torch.device,
     return [Row(n, m.to(device), c, b, f) for n, m, c, b, f in rows]
 
 
-def layer_dropout_cfg(args: argparse.Namespace) -> dict:
-    """Keyword arguments of a single attention layer row: ``args.dropout``
-    on the attention probabilities only. ``dropout_layer`` is always given:
-    mmcv 2.1.0's ``MultiheadAttention`` writes the deprecated ``dropout``
-    key of any earlier call (mmdet's DETR configs use it) into its default
-    ``dropout_layer``, so a baseline that relies on the default may get
-    another layer's dropout."""
+def layer_kwargs(args: argparse.Namespace) -> dict:
+    """Keyword arguments of a single attention layer row: batch first,
+    ``args.dropout`` on the probabilities only. ``dropout_layer`` is always
+    given: mmcv 2.1.0's ``MultiheadAttention`` writes the deprecated
+    ``dropout`` key of any earlier call (mmdet's DETR configs use it) into
+    its default ``dropout_layer``, so a baseline that relies on the default
+    may get another layer's dropout."""
     return dict(
         batch_first=True,
         attn_drop=args.dropout,
@@ -309,7 +309,7 @@ def encoder_layer_cfg(args: argparse.Namespace, **attn) -> dict:
     ``args.dropout`` goes where mmdet's DETR configs' ``dropout`` puts it
     (attention probabilities and the shortcut branch), spelt out: the
     deprecated key would change mmcv's default (see
-    :func:`layer_dropout_cfg`)."""
+    :func:`layer_kwargs`)."""
     return dict(
         self_attn_cfg=dict(
             embed_dims=args.dims,

@@ -186,7 +186,7 @@ def _module(name: str, level: str, args: argparse.Namespace) -> nn.Module:
     """The layer or encoder of a variant."""
     attn = VARIANTS[name]
     if level == 'layer':
-        common = bench.layer_dropout_cfg(args)
+        common = bench.layer_kwargs(args)
         if attn is None:
             return MultiheadAttention(args.dims, args.heads, **common)
         return iRPEMultiheadAttention(args.dims, args.heads, **common, **attn)
