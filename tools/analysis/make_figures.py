@@ -17,7 +17,7 @@ Inputs:
   as given. Nothing is interpolated or extrapolated: points are the measured
   ones, joined by lines.
 * computed figures: the iRPE bucket maps and index functions (from
-  :func:`mmpe.models.layers.irpe_index.get_bucket_ids_2d`, what ``iRPE``
+  :func:`mmpe.models.layers.irpe.buckets.get_bucket_ids_2d`, what ``iRPE``
   uses) and sample images of the embedded data set (its generator).
 * ``--demo-work-dir``: a ``make demo`` run (``tools/train.py`` work dir of
   ``configs/quickstart/detr_irpe_r18_synthetic.py``). Its last checkpoint
@@ -271,7 +271,7 @@ def fig_irpe_buckets(data_dir: str, out: str) -> Optional[str]:
     for the centre query, and the two index functions (computed)."""
     import torch
 
-    from mmpe.models.layers.irpe_index import (clip_index, max_index,
+    from mmpe.models.layers.irpe.index import (clip_index, max_index,
                                                piecewise_index, ratio_to_abg)
     buckets = _tool('visualize_buckets')
     height = width = 14
