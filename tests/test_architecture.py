@@ -24,15 +24,16 @@ import pytest
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..'))
 PACKAGE = osp.join(ROOT, 'mmpe')
 
-#: The floors, bottom up. A floor's entries are packages (or modules); a
-#: module belongs to the longest entry its name starts with.
+#: The floors, bottom up, numbered from 1 as docs/design.md numbers them. A
+#: floor's entries are packages (or modules); a module belongs to the
+#: longest entry its name starts with.
 FLOORS: List[Tuple[str, ...]] = [
     ('mmpe.version', ),
     ('mmpe.utils', ),
     ('mmpe.models.layers.common', ),
     ('mmpe.models.layers.terms', 'mmpe.models.layers.encodings',
      'mmpe.models.layers.windows'),
-    ('mmpe.models.layers.irpe', ),
+    ('mmpe.models.layers.irpe', 'mmpe.models.layers.box'),
     ('mmpe.models.layers.decomposed', ),
     ('mmpe.models.layers.attention', ),
     ('mmpe.models.layers.blocks', ),
@@ -123,7 +124,8 @@ def entry_of(module: str) -> str:
     return max(entries, key=len)
 
 
-FLOOR_OF = {e: i for i, floor in enumerate(FLOORS) for e in floor}
+#: Entry -> its floor's number (from 1, the list of docs/design.md).
+FLOOR_OF = {e: i for i, floor in enumerate(FLOORS, 1) for e in floor}
 
 
 def part_of(name: str) -> str:
@@ -252,6 +254,38 @@ def test_every_package_has_a_floor():
         if is_package and m.rsplit('.', 1)[0] in parents and m not in listed
         and m not in parents)
     assert not missing, f'packages without a floor: {missing}'
+
+
+def test_layers_packages_state_their_floor():
+    """A package of ``mmpe.models.layers`` opens its docstring with its
+    floor's number (``"Floor 5: ..."``), the number of :data:`FLOORS` and
+    docs/design.md: one numbering."""
+    wrong = []
+    for module, (path, is_package) in sorted(MODULES.items()):
+        if not is_package or module.rsplit('.', 1)[0] != 'mmpe.models.layers':
+            continue
+        with open(path) as f:
+            doc = ast.get_docstring(ast.parse(f.read(), path)) or ''
+        expected = f'Floor {FLOOR_OF[entry_of(module)]}:'
+        if not doc.startswith(expected):
+            wrong.append(f'{module}: {doc[:30]!r}, expected {expected!r}')
+    assert not wrong, 'floor numbers in docstrings:\n  ' + '\n  '.join(wrong)
+
+
+def test_design_md_lists_the_same_floors():
+    """docs/design.md's numbered list of floors is :data:`FLOORS`, with
+    the same numbers."""
+    with open(osp.join(ROOT, 'docs', 'design.md')) as f:
+        text = f.read()
+    section = text.split('## Import floors', 1)[1].split('\n## ', 1)[0]
+    listed = {}
+    for line in section.splitlines():
+        head, _, rest = line.partition('. ')
+        if head.isdigit():
+            # the entries are the leading backticked names (notes follow)
+            names = rest.split(' (', 1)[0].split(', ')
+            listed[int(head)] = tuple(n.strip('`') for n in names)
+    assert listed == dict(enumerate(FLOORS, 1))
 
 
 # the checks above, on small graphs whose answers are known

@@ -25,7 +25,7 @@ from mmengine.model import ModuleList
 from torch import Tensor, nn
 
 from ..layers.attention.cross import BiasedConditionalAttention
-from ..layers.decomposed.box_rpb import AxisBiasTerm, BoxRPB
+from ..layers.box.box_rpb import AxisBiasTerm, BoxRPB
 
 
 class BoxRPBDecoderMixin:

@@ -21,7 +21,7 @@ Multi-Scale or Locality Design", ICCV 2023, Sec. 3.2)::
 from typing import Dict, Optional, Union
 
 from ..layers.attention.cross import CROSS_IMPL_CHOICES
-from ..layers.decomposed.box_rpb import RPB_OFFSETS
+from ..layers.box.box_rpb import RPB_OFFSETS
 
 DECODER_PE_TYPES = ('box-rpb', 'point-rpb')
 DECODER_PE_DEFAULTS = dict(

@@ -1,21 +1,23 @@
 """mmpe's layers: position encodings and the one attention they act in.
 
-Packages, bottom up (a package imports only lower floors; see
-docs/design.md, "Import floors"): ``common`` (tracing, caches, argument
-checks); ``terms`` (the relative-term interface), ``encodings`` (absolute,
-rotary and conv position encodings), ``windows`` (ViTDet's window layout);
-``irpe`` (index functions, bucket tables, expansion plans, the iRPE module
-and its term); ``decomposed`` (per-axis relative terms: ViTDet's decomposed
-relative position, BoxRPB); ``attention`` (the attention core and its
-backends); ``blocks`` (the mmcv and timm layouts around the core).
+Packages, bottom up, with their floors (a package imports only lower
+floors; docs/design.md, "Import floors", numbers them): 3 ``common``
+(tracing, caches, argument checks); 4 ``terms`` (the relative-term
+interface), ``encodings`` (absolute, rotary and conv position encodings),
+``windows`` (ViTDet's window layout); 5 ``irpe`` (index functions, bucket
+tables, expansion plans, the iRPE module and its term), ``box`` (BoxRPB,
+the per-axis box-to-pixel bias of decoder cross-attention); 6
+``decomposed`` (ViTDet's decomposed relative position); 7 ``attention``
+(the attention core and its backends); 8 ``blocks`` (the mmcv and timm
+layouts around the core).
 """
 from .attention.core import PEAttention
 from .attention.cross import BiasedConditionalAttention, CrossPEAttention
 from .blocks.irpe_attention import iRPEMultiheadAttention
 from .blocks.vit_block import Mlp, ViTAttention, ViTBlock
+from .box.box_rpb import AxisBiasTerm, BoxRPB
 from .common.cache import BoundedCache, CacheInfo
 from .common.tracing import is_tracing
-from .decomposed.box_rpb import AxisBiasTerm, BoxRPB
 from .decomposed.rel_pos import (DecomposedRelPos, DecomposedRelPosTerm,
                                  resize_rel_pos)
 from .encodings.peg import PEG

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mmpe.models.layers import AxisBiasTerm, BoxRPB, CrossPEAttention
-from mmpe.models.layers.decomposed.box_rpb import valid_extent
+from mmpe.models.layers.box.box_rpb import valid_extent
 
 # float64 everywhere: the loop and the core sum in other orders
 _F64_TOL = dict(atol=1e-10, rtol=1e-9)

@@ -1,1 +1,1 @@
-"""Floor 4: the attention core (PEAttention) and its backends."""
+"""Floor 7: the attention core (PEAttention) and its backends."""

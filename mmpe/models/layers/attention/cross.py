@@ -38,7 +38,7 @@ class CrossPEAttention(PEAttention):
 
     No terms of its own: the relative terms come with each call
     (``attend(..., terms=...)``), e.g. a
-    :class:`~mmpe.models.layers.decomposed.box_rpb.AxisBiasTerm`. Holds no
+    :class:`~mmpe.models.layers.box.box_rpb.AxisBiasTerm`. Holds no
     parameters.
 
     Args:

@@ -1,1 +1,1 @@
-"""Floor 5: the layouts around the core: mmcv (DETR) and timm (ViT)."""
+"""Floor 8: the layouts around the core: mmcv (DETR) and timm (ViT)."""

@@ -1,1 +1,1 @@
-"""Floor 0 of the layers: tracing state, bounded caches, argument checks."""
+"""Floor 3: tracing state, bounded caches, argument checks."""

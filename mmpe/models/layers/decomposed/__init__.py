@@ -1,1 +1,1 @@
-"""Floor 3: per-axis relative terms: decomposed relative position, BoxRPB."""
+"""Floor 6: ViTDet's decomposed relative position (per-axis tables)."""

@@ -1,1 +1,1 @@
-"""Floor 1: absolute, rotary and convolutional position encodings."""
+"""Floor 4: absolute, rotary and convolutional position encodings."""

@@ -1,1 +1,1 @@
-"""Floor 2: iRPE: index functions, bucket tables, expansion plans, module."""
+"""Floor 5: iRPE: index functions, bucket tables, expansion plans, module."""

@@ -1,1 +1,1 @@
-"""Floor 1: the relative-term interface every attention backend reads."""
+"""Floor 4: the relative-term interface every attention backend reads."""

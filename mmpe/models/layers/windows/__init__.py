@@ -1,1 +1,1 @@
-"""Floor 1: ViTDet's non-overlapping window layout (pure tensor ops)."""
+"""Floor 4: ViTDet's non-overlapping window layout (pure tensor ops)."""
