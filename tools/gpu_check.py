@@ -175,7 +175,7 @@ def check_memory(device: torch.device) -> Tuple[bool, List[str]]:
              'peak allocated minus the allocation before the call (it also '
              'counts q, k, v gradients and the output, which the estimate '
              'leaves out)', '',
-             '| backend | estimate MB | measured MB | measured / estimate |',
+             '| backend | estimate MiB | measured MiB | measured / estimate |',
              '|---|---:|---:|---:|']
     for impl in ('explicit', 'chunked', 'flex'):
         torch.manual_seed(0)
