@@ -79,6 +79,12 @@ class AxisValues(NamedTuple):
         extras (tuple[int, ...]): Their bucket(s): one (product) or one per
             axis (cross).
         on (str): ``'k'``, ``'q'`` or ``'v'`` (above).
+        query_grid (bool): Whether the queries are the grid's tokens (a
+            self-attention). False: ``Q`` queries off the grid (a decoder's
+            cross-attention against an ``(h, w)`` key grid, e.g. BoxRPB),
+            each seeing the keys from the grid's origin: ``u = rows[0,
+            jy]``, ``v = cols[0, jx]``; only a term on keys, no skip
+            tokens (the Triton kernel takes it, the CPU kernel does not).
     """
 
     values: Tensor
@@ -91,6 +97,7 @@ class AxisValues(NamedTuple):
     skip: int = 0
     extras: Tuple[int, ...] = ()
     on: str = 'k'
+    query_grid: bool = True
 
 
 class RelativeTerm:

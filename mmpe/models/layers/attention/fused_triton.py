@@ -1,0 +1,310 @@
+"""Exact attention with per-axis relative terms in one Triton kernel (CUDA).
+
+The GPU counterpart of the fused CPU kernel (:mod:`.fused`), under the same
+contract: scaled queries ``q`` (B, H, Q, d), keys and values (B, H, L, d)
+of a grid, an additive mask, and at most one term per role given as
+:class:`~mmpe.models.layers.terms.relative_term.AxisValues` (iRPE product /
+cross on queries, keys and values, Wu et al. ICCV 2021, Eq. 16-17, skip
+tokens included; ViTDet's decomposed relative position; Plain-DETR's
+box-to-pixel bias of a decoder cross-attention, whose ``Q`` queries are
+not grid tokens). It computes
+
+.. math::
+
+    e_{ij} = q_i k_j^T + T_{ij} + m_{ij}, \\quad
+    o_i = \\sum_j \\mathrm{softmax}_j(e_{ij}) v_j (+ \\sum_j p_{ij}
+    r^V_{b(i, j)})
+
+flash-attention style (:mod:`.triton_kernels`): row blocks, online softmax,
+the term read from the per-query values inside the tile, the log-sum-exp
+saved, a backward that recomputes the probabilities and returns ``dq``,
+``dk``, ``dv`` and the values' gradients (bucket sums of ``dE``), from
+which autograd reaches the tables. Statistics and sums are float32;
+float32 (IEEE products, no TF32), bfloat16 and float16 inputs. No
+attention dropout (the caller refuses it).
+
+Registered as the ``torch.library`` custom ops ``mmpe::triton_attention``
+/ ``mmpe::triton_attention_backward`` (fake kernels, autograd), so that a
+compiled graph calls it as one node. Triton compiles the kernels for
+CUDA; with ``TRITON_INTERPRET=1`` set before Triton is imported its
+interpreter runs them on CPU tensors (the tests).
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..terms.relative_term import AxisValues
+
+try:
+    import triton
+
+    from . import triton_kernels as _kernels
+    _TRITON_ERROR: Optional[str] = None
+except ImportError as e:  # no Triton (a CPU-only install without tests)
+    triton = _kernels = None
+    _TRITON_ERROR = f'Triton is not installed ({e})'
+
+#: dtypes of q, k, v the kernel takes (statistics in float32)
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+#: Query rows and keys per tile (the forward, both backward kernels)
+BLOCK_M = 64
+BLOCK_N = 64
+#: The largest head dimension the tiles take
+MAX_HEAD_DIM = 256
+
+
+def interpreted() -> bool:
+    """Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``
+    when they were defined): then they take CPU tensors."""
+    if _kernels is None:
+        return False
+    return type(_kernels.fused_forward_kernel).__name__ == \
+        'InterpretedFunction'
+
+
+def triton_unavailable_reason(device: torch.device) -> Optional[str]:
+    """Why the Triton kernel cannot run on ``device``, or None."""
+    if _TRITON_ERROR is not None:
+        return _TRITON_ERROR
+    if device.type == 'cuda' or (device.type == 'cpu' and interpreted()):
+        return None
+    return (f'it runs on CUDA (or in Triton\'s interpreter, '
+            f'TRITON_INTERPRET=1), not {device.type}')
+
+
+def _strides3(x: Optional[Tensor]) -> Tuple[int, int, int]:
+    return (0, 0, 0) if x is None else tuple(x.stride()[:3])
+
+
+def _pow2(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def _geometry(rows: Tensor, cols: Tensor, layout: Sequence[int]) -> tuple:
+    """``(SKIP, GW, RS, CS, SX, OFF, E0, E1)`` and the constexpr flags
+    ``(PRODUCT, QGRID)`` of the kernel's layout list (:func:`kernel_layout`).
+    """
+    product, _, sx, offset, skip, e0, e1, qgrid = layout
+    return ((skip, cols.shape[1], rows.shape[1], cols.shape[1], sx, offset,
+             e0, e1), bool(product), bool(qgrid))
+
+
+def _flags(q: Tensor, mask, values_k, values_q, with_sums: bool,
+           product: bool, qgrid: bool) -> dict:
+    """The kernels' constexpr switches (one compilation per combination).
+    ``IEEE``: float32 products (float32 inputs, as the explicit backend's:
+    no TF32; and bfloat16 in the interpreter, whose bfloat16 ``tl.dot``
+    returns garbage as of Triton 3.9: the operands are converted exactly,
+    only the rounding of ``P`` before ``P V`` differs from the GPU's)."""
+    ieee = q.dtype == torch.float32 or (q.dtype == torch.bfloat16
+                                        and interpreted())
+    return dict(HAS_MASK=mask is not None, HAS_K=values_k is not None,
+                HAS_Q=values_q is not None, WITH_SUMS=with_sums,
+                PRODUCT=product, QGRID=qgrid, IEEE=ieee)
+
+
+@torch.library.custom_op('mmpe::triton_attention', mutates_args=())
+def _triton_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+               values_k: Optional[Tensor], values_q: Optional[Tensor],
+               with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
+               layout: List[int]) -> Tuple[Tensor, Tensor, Tensor]:
+    b, h, lq, d = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    geo, product, qgrid = _geometry(rows, cols, layout)
+    out = q.new_empty(b, h, lq, dv)
+    lse = torch.empty(b, h, lq, device=q.device, dtype=torch.float32)
+    sums = (torch.zeros(b, h, lq, num_buckets, device=q.device,
+                        dtype=torch.float32) if with_sums else
+            q.new_empty((0, )))
+    flags = _flags(q, mask, values_k, values_q, with_sums, product,
+                         qgrid)
+    dummy = lse  # a pointer for absent inputs (never read)
+    grid = (triton.cdiv(lq, BLOCK_M), b * h)
+    _kernels.fused_forward_kernel[grid](
+        q, k, v, out, lse, dummy if mask is None else mask,
+        dummy if values_k is None else values_k,
+        dummy if values_q is None else values_q,
+        sums if with_sums else dummy, rows, cols,
+        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(out),
+        *((0, ) * 4 if mask is None else mask.stride()),
+        *_strides3(values_k), *_strides3(values_q),
+        *_strides3(sums if with_sums else None),
+        h, lq, lk, d, dv, *geo, **flags, BM=BLOCK_M, BN=BLOCK_N,
+        BD=_pow2(d), BDV=_pow2(dv))
+    return out, lse, sums
+
+
+@_triton_op.register_fake
+def _triton_fake(q, k, v, mask, values_k, values_q, with_sums, num_buckets,
+                 rows, cols, layout):
+    b, h, lq, _ = q.shape
+    sums = (q.new_empty((b, h, lq, num_buckets), dtype=torch.float32)
+            if with_sums else q.new_empty((0, )))
+    return (q.new_empty(b, h, lq, v.shape[-1]),
+            q.new_empty(b, h, lq, dtype=torch.float32), sums)
+
+
+@torch.library.custom_op('mmpe::triton_attention_backward', mutates_args=())
+def _triton_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
+                        q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                        lse: Tensor, sums: Optional[Tensor],
+                        mask: Optional[Tensor], values_k: Optional[Tensor],
+                        values_q: Optional[Tensor], rows: Tensor,
+                        cols: Tensor, layout: List[int]) -> List[Tensor]:
+    b, h, lq, d = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    geo, product, qgrid = _geometry(rows, cols, layout)
+    grad_out = grad_out.contiguous()
+    # delta_i = rowsum(P * dP) = dO_i . O_i (+ ds_i . s_i, the value term)
+    delta = (grad_out.float() * out.float()).sum(-1)
+    if grad_sums is not None:
+        grad_sums = grad_sums.float().contiguous()
+        delta = delta + (grad_sums * sums).sum(-1)
+    delta = delta.contiguous()
+    dq, dk, dv_ = (torch.empty_like(x) for x in (q, k, v))
+    dvk = (None if values_k is None else torch.zeros(
+        b, h, lq, values_k.shape[-1], device=q.device, dtype=torch.float32))
+    dvq = (None if values_q is None else torch.zeros(
+        b, h, lk, values_q.shape[-1], device=q.device, dtype=torch.float32))
+    flags = _flags(q, mask, values_k, values_q, grad_sums is not None,
+                         product, qgrid)
+    dummy = lse
+    common = (dummy if mask is None else mask,
+              dummy if values_k is None else values_k,
+              dummy if values_q is None else values_q,
+              dummy if grad_sums is None else grad_sums)
+    strides = (*_strides3(q), *_strides3(k), *_strides3(v),
+               *_strides3(grad_out),
+               *((0, ) * 4 if mask is None else mask.stride()),
+               *_strides3(values_k), *_strides3(values_q),
+               *_strides3(grad_sums))
+    sizes = dict(BM=BLOCK_M, BN=BLOCK_N, BD=_pow2(d), BDV=_pow2(dv))
+    _kernels.fused_backward_kv_kernel[(triton.cdiv(lk, BLOCK_N), b * h)](
+        q, k, v, grad_out, lse, delta, *common, dk, dv_,
+        dummy if dvq is None else dvq, rows, cols, *strides,
+        *_strides3(dk), *_strides3(dv_), *_strides3(dvq),
+        h, lq, lk, d, dv, *geo, **flags, **sizes)
+    _kernels.fused_backward_q_kernel[(triton.cdiv(lq, BLOCK_M), b * h)](
+        q, k, v, grad_out, lse, delta, *common, dq,
+        dummy if dvk is None else dvk, rows, cols, *strides,
+        *_strides3(dq), *_strides3(dvk),
+        h, lq, lk, d, dv, *geo, **flags, **sizes)
+    # broadcast values (a bias table) get the sum over their broadcast dims
+    grads = [dq, dk, dv_]
+    for g, x in ((dvk, values_k), (dvq, values_q)):
+        grads.append(q.new_empty((0, )) if x is None else
+                     g.sum_to_size(x.shape).to(x.dtype).contiguous())
+    return grads
+
+
+@_triton_backward_op.register_fake
+def _triton_backward_fake(grad_out, grad_sums, q, k, v, out, lse, sums, mask,
+                          values_k, values_q, rows, cols, layout):
+    return [x.new_empty(x.shape) for x in (q, k, v)] + [
+        q.new_empty((0, )) if x is None else x.new_empty(x.shape)
+        for x in (values_k, values_q)
+    ]
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    (q, k, v, mask, values_k, values_q, with_sums, _, rows, cols,
+     layout) = inputs
+    out, lse, sums = output
+    ctx.save_for_backward(q, k, v, out, lse, sums if with_sums else None,
+                          mask, values_k, values_q, rows, cols)
+    ctx.layout = layout
+    ctx.with_sums = with_sums
+
+
+def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor],
+              grad_sums: Optional[Tensor]):
+    q, k, v, out, lse, sums, mask, values_k, values_q, rows, cols = \
+        ctx.saved_tensors
+    if not ctx.with_sums:
+        grad_sums = sums = None
+    elif grad_sums is None:
+        grad_sums = torch.zeros_like(sums)
+    dq, dk, dv, dvk, dvq = torch.ops.mmpe.triton_attention_backward(
+        grad_out, grad_sums, q, k, v, out, lse, sums, mask, values_k,
+        values_q, rows, cols, ctx.layout)
+    return (dq, dk, dv, None, None if values_k is None else dvk,
+            None if values_q is None else dvq) + (None, ) * 5
+
+
+_triton_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def triton_layout(term: AxisValues) -> List[int]:
+    """The kernel's description of the terms' buckets: ``[product, Sy, Sx,
+    column offset, skip, extra0, extra1, queries on the grid]`` (-1: no
+    extra bucket)."""
+    extras = list(term.extras) + [-1] * (2 - len(term.extras))
+    offset = term.row_buckets if term.col_offset is None else term.col_offset
+    return [int(term.layout == 'product'), term.row_buckets,
+            term.col_buckets, offset, term.skip] + extras + [
+                int(term.query_grid)]
+
+
+def _as_4d(x: Tensor) -> Tensor:
+    return x.reshape((1, ) * (4 - x.dim()) + tuple(x.shape))
+
+
+def _rows_view(x: Tensor, b: int, h: int, length: int) -> Tensor:
+    """``x`` as a (B, H, length, .) view of its broadcast form, last dim
+    contiguous (stride-0 dims stay views)."""
+    x = _as_4d(x).expand(b, h, length, x.shape[-1])
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def triton_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+                     terms: Sequence[AxisValues]) -> Tensor:
+    """Attention with per-axis relative terms through the Triton kernel.
+
+    Args:
+        q (Tensor): Scaled (and rotated) queries (B, H, Q, d): ``Q = skip
+            + h * w`` for grid queries, any ``Q`` when the terms'
+            ``query_grid`` is False; a dtype of :data:`TRITON_DTYPES`.
+        k (Tensor): Keys (B, H, L, d), ``L = skip + h * w``.
+        v (Tensor): Values (B, H, L, dv).
+        mask (Tensor, optional): Additive mask broadcastable to
+            (B, H, Q, L) (taken in float32).
+        terms (list[AxisValues]): At most one term on each of keys,
+            queries and values (``on``), on one grid and bucket layout.
+
+    Returns:
+        Tensor: (B, H, Q, dv), differentiable in ``q``, ``k``, ``v`` and
+        every term's ``values``.
+    """
+    by_on = {term.on: term for term in terms}
+    if len(by_on) != len(terms) or not terms:
+        raise ValueError(f'triton_attention takes one term per `on`, got '
+                         f'{[term.on for term in terms]}')
+    b, h, lq, _ = q.shape
+    lk = k.shape[2]
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    if mask is not None:
+        mask = _as_4d(mask.float()).expand(b, h, lq, lk)
+        if mask.stride(-1) != 1:
+            mask = mask.contiguous()
+    values = {
+        on: _rows_view(by_on[on].values.float(), b, h,
+                       lq if on == 'k' else lk)
+        for on in ('k', 'q') if on in by_on
+    }
+    value_term = by_on.get('v')
+    num_buckets = (value_term.values.shape[-2] if value_term is not None
+                   else next(iter(values.values())).shape[-1])
+    geo = terms[0]
+    out, _, sums = torch.ops.mmpe.triton_attention(
+        q, k.to(q.dtype), v.to(q.dtype), mask, values.get('k'),
+        values.get('q'), value_term is not None, num_buckets,
+        geo.rows.contiguous(), geo.cols.contiguous(), triton_layout(geo))
+    if value_term is not None:  # Eq. 17: z_i += sum_b s_ib r^V_b
+        table = value_term.values.to(q.dtype)  # (H', nb, dv)
+        sums = sums.to(q.dtype)
+        out = out + (sums @ table[0] if table.shape[0] == 1 else
+                     sums @ table)
+    return out
+
+
