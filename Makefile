@@ -13,6 +13,8 @@
 #               build the site into docs/_build/html, warnings as errors
 #   make figures  draw the figures of the docs (docs/_static/figures) from
 #               docs/data/*.json and, when it exists, the demo's work dir
+#   make docs-tables  rewrite the tables of docs/benchmark.md, results.md and
+#               testing.md from docs/data/*.json (standard library only)
 #   make gpu-check  on a machine with CUDA: the CUDA tests, FlexAttention
 #               against the explicit backend forward and backward, the auto
 #               rule's memory estimates against measured peaks, the long-sequence
@@ -37,7 +39,7 @@ DOCS_BUILD_DIR ?= docs/_build/html
 SPHINX_ARGS ?=
 
 .PHONY: demo demo-fast test test-each-file setup setup-tests data train-demo \
-	eval-demo demo-seg setup-docs docs figures gpu-check
+	eval-demo demo-seg setup-docs docs figures gpu-check docs-tables
 
 setup:
 	bash tools/setup_env.sh
@@ -96,6 +98,11 @@ docs: setup-docs
 figures: setup-tests
 	$(PY) tools/analysis/make_figures.py --out-dir docs/_static/figures \
 		$(if $(wildcard $(DEMO_WORK_DIR)/last_checkpoint),--demo-work-dir $(DEMO_WORK_DIR))
+
+# no set-up needed: the script reads JSON and writes Markdown (tests/test_docs/
+# test_docs_data.py fails when a committed table differs from this)
+docs-tables:
+	$(if $(wildcard $(PY)),$(PY),python3) tools/analysis/docs_tables.py
 
 # GPU_CHECK_ARGS: e.g. --skip-benchmarks (tests and checks only), --out-dir DIR
 GPU_CHECK_ARGS ?=

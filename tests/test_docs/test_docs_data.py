@@ -1,0 +1,193 @@
+"""Every measured number of the docs comes from a data file in docs/data/.
+
+* The tables between ``<!-- table: NAME -->`` and ``<!-- end table -->``
+  are what ``tools/analysis/docs_tables.py`` makes of docs/data/*.json
+  (``make docs-tables`` rewrites them): a committed table that differs from
+  its data fails, and so does a number changed in a data file that the
+  page does not follow.
+* The prose of the pages in ``PROSE_PAGES`` quotes no measurement without a
+  source. A measurement is a decimal number (``0.404``, ``1.16``) or an
+  integer with a unit (``57 s``, ``245 MiB``, ``2x``); versions (``2.13.0``,
+  ``PyTorch 2.11``), grid sizes (``25 x 42``) and integers without a unit
+  are not. Each must equal, at the decimals the page prints, a number of a
+  data file the page names (``docs/data/NAME.json`` or ``data/NAME.json`` in
+  a link), or a number of a generated table, or be on ``ALLOWED`` with the
+  reason it is not a measurement. Code blocks are left out: they show
+  commands and what a tool prints.
+"""
+import glob
+import json
+import os.path as osp
+import re
+import shutil
+import subprocess
+import sys
+from typing import Iterator, List, Set, Tuple
+
+import pytest
+
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
+SCRIPT = osp.join(ROOT, 'tools', 'analysis', 'docs_tables.py')
+PROSE_PAGES = ['README.md', 'docs/get_started.md', 'docs/testing.md',
+               'docs/summary.md', 'docs/user_guides/attention_backends.md']
+# page -> {number as printed, unit included: why it is not a measurement}
+ALLOWED = {
+    'README.md': {
+        '2x': 'the test scale of the resolution sweep (a setting)',
+    },
+    'docs/get_started.md': {
+        '0.5': 'the AP50 threshold the text compares against',
+    },
+    'docs/summary.md': {
+        '1x': 'a test scale (a setting)',
+        '2x': 'a test scale (a setting)',
+        '1.5x': 'a test scale (a setting)',
+    },
+    'docs/user_guides/attention_backends.md': {
+        '1e-4': 'a test tolerance',
+        '245 MiB': "3 B H L^2 s bytes of the estimate's equation, worked out",
+        '979 MiB': 'four times that: the CUDA_MEMORY_FRACTION rule',
+        '4.5 GiB': 'the same equation for ViT-B at 4096 tokens',
+        '18 GiB': 'four times that',
+    },
+}
+MARKED = re.compile(r'<!-- table: [\w.-]+ -->\n.*?<!-- end table -->',
+                    re.DOTALL)
+FENCE = re.compile(r'^\s*(```+|~~~+).*?^\s*\1\s*$', re.DOTALL | re.MULTILINE)
+COMMENT = re.compile(r'<!--.*?-->', re.DOTALL)
+LINK_TARGET = re.compile(r'\]\([^)]*\)')
+INLINE_CODE = re.compile(r'`[^`\n]*`')
+DATA_NAME = re.compile(r'(?:docs/)?data/([\w.-]+\.(?:json|md))')
+UNITS = ('ms', 's', 'min', 'minutes', 'seconds', 'h', 'hours', 'MiB',
+         'GiB', 'MB', 'GB', '%', 'x', 'files/s')
+NUMBER = re.compile(r'(?<![\w./])(\d+(?:\.\d+)*)([A-Za-z%/]*)')
+UNIT_AFTER = re.compile(r'(?:\s?[-–]\s?\d+(?:\.\d+)?)*\s?({})(?![\w/])'.format(
+    '|'.join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))))
+PACKAGE = re.compile(r'(?:PyTorch|torch|Python|mmcv|MMEngine|mmengine|'
+                     r'MMDetection|mmdet|MMSegmentation|mmseg|timm|CUDA|'
+                     r'opset|onnxruntime|ONNX)[ =]*$')
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, SCRIPT, *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_committed_tables_are_what_the_data_gives():
+    result = run_script('--check')
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_changed_number_in_a_data_file_fails_the_check(tmp_path):
+    """The check is not vacuous: the same docs with one number of
+    attention_long_limit_bf16.json moved fail it, naming the table."""
+    for sub in ('docs/data', ):
+        shutil.copytree(osp.join(ROOT, sub), tmp_path / sub)
+    for page in ('docs/benchmark.md', 'docs/results.md', 'docs/testing.md'):
+        shutil.copy(osp.join(ROOT, page), tmp_path / page)
+    path = tmp_path / 'docs' / 'data' / 'attention_long_limit_bf16.json'
+    data = json.loads(path.read_text())
+    row = data['groups'][0]['rows'][1]  # L = 1050, ViT-S, the iRPE row
+    row['x'] += 0.1
+    path.write_text(json.dumps(data))
+    result = run_script('--check', '--root', str(tmp_path))
+    assert result.returncode == 1
+    assert 'docs/benchmark.md: table attention-long-limit' in result.stderr
+
+
+def _numbers_in(value) -> Iterator[float]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        yield float(value)
+    elif isinstance(value, str):
+        for m in re.finditer(r'(?<![\w.])\d+(?:\.\d+)?', value):
+            yield float(m.group(0))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not k.endswith(('_all', 'rounds')):  # single rounds: not quoted
+                yield from _numbers_in(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _numbers_in(v)
+
+
+def sources(page: str, text: str) -> Set[float]:
+    """The numbers a page may quote: its data files' and those of the
+    generated tables of the pages it names."""
+    values: Set[float] = set()
+    for name in set(DATA_NAME.findall(text)):
+        path = osp.join(ROOT, 'docs', 'data', name)
+        assert osp.isfile(path), f'{page} names docs/data/{name}: no file'
+        with open(path) as f:
+            values.update(_numbers_in(json.load(f) if name.endswith('.json')
+                                      else f.read()))
+    for other in glob.glob(osp.join(ROOT, 'docs', '*.md')):
+        if (osp.relpath(other, ROOT) != page
+                and osp.basename(other) not in text):
+            continue  # a page it does not name
+        with open(other) as f:
+            for block in MARKED.findall(f.read()):
+                values.update(_numbers_in(block))
+    return values
+
+
+def measurements(text: str) -> List[Tuple[str, str]]:
+    """(number as printed with its unit, the line) of every measurement in
+    the prose of ``text``."""
+    text = MARKED.sub('', text)
+    text = FENCE.sub('', text)
+    text = COMMENT.sub('', text)
+    found = []
+    for line in text.split('\n'):
+        line = INLINE_CODE.sub('', LINK_TARGET.sub(']', line))
+        for m in NUMBER.finditer(line):
+            number, suffix = m.group(1), m.group(2)
+            if number.count('.') > 1 or PACKAGE.search(line[:m.start()]):
+                continue  # a version
+            rest = line[m.end():]
+            if suffix == 'x' and re.match(r'\s?\d', rest):
+                continue  # a grid or an image size, 25x42
+            if suffix and suffix not in UNITS:
+                continue  # 1e-4, AP50 and other names
+            unit = suffix
+            if not unit:
+                after = UNIT_AFTER.match(rest)
+                if after and not (after.group(1) == 'x'
+                                  and re.match(r'\s?\d', rest[after.end():])):
+                    unit = after.group(1)
+            if '.' in number or unit:
+                sep = '' if unit in ('x', '%', '') else ' '
+                found.append((f'{number}{sep}{unit}', line.strip()))
+    return found
+
+
+def _sourced(printed: str, values: Set[float]) -> bool:
+    number = re.match(r'\d+(?:\.\d+)?', printed).group(0)
+    places = len(number.split('.')[1]) if '.' in number else 0
+    want = float(number)
+    return any(abs(round(v, places) - want) < 1e-9 for v in values)
+
+
+@pytest.mark.parametrize('page', PROSE_PAGES)
+def test_every_measurement_in_the_prose_has_a_source(page):
+    with open(osp.join(ROOT, page)) as f:
+        text = f.read()
+    values = sources(page, text)
+    allowed = ALLOWED.get(page, {})
+    missing = [f'{printed!r} in: {line[:100]}'
+               for printed, line in measurements(text)
+               if printed not in allowed and not _sourced(printed, values)]
+    assert not missing, (
+        f'{page}: numbers without a source (name the docs/data file that '
+        'holds them, or remove them):\n' + '\n'.join(missing))
+
+
+def test_the_rule_finds_measurements_and_skips_the_rest():
+    """The rule on sentences whose verdict is known by reading them."""
+    got = [p for p, _ in measurements(
+        'AP50 0.404 after 20 epochs; set-up 57-311 s; 1.16-1.64x the time; '
+        'a 25 x 42 grid, 1024x1024 images, PyTorch 2.11, mmcv 2.1.0, '
+        'tolerance 1e-4, `0.5 in code`, 245 MiB.\n```\n0.119\n```\n')]
+    assert got == ['0.404', '57 s', '311 s', '1.16x', '1.64x', '245 MiB']
+    assert _sourced('0.40', {0.404}) and not _sourced('0.41', {0.404})
