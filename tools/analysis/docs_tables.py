@@ -64,6 +64,7 @@ def mean_std(values: Sequence[float], places: int = 3) -> str:
 
 
 def long_group(root: str, length: int, cfg: str) -> str:
+    """One length and head size of the long-sequence run, every row."""
     data = load(root, 'attention_long.json')
     group = next(g for g in data['groups']
                  if g['length'] == length and g['cfg'] == cfg)
@@ -82,6 +83,7 @@ def _aim(aims: List[dict], length: int, cfg: str, what: str) -> dict:
 
 
 def long_aims(root: str) -> str:
+    """The run's own aims (its JSON's ``aims``), both head sizes a row."""
     data = load(root, 'attention_long.json')
     rows = []
     for length in (1050, 4096, 8192):
@@ -116,6 +118,9 @@ def long_aims(root: str) -> str:
 
 
 def long_limit(root: str) -> str:
+    """iRPE against fused attention without RPE, float32 and bf16 runs;
+    a time aim is met only when wall and CPU time both are (the JSON's
+    ``met``)."""
     rows = []
     for dtype, name in (('float32', 'attention_long_limit_f32.json'),
                         ('bf16', 'attention_long_limit_bf16.json')):
@@ -141,6 +146,8 @@ def long_limit(root: str) -> str:
 
 
 def demo_seeds(root: str) -> str:
+    """``make demo`` with seeds 0, 1, 2: AP50 by epoch, the mean of the
+    last."""
     curves = load(root, 'demo_curves.json')['make_demo_seeds']['bbox_mAP_50']
     rows = [[name.split()[-1], ' / '.join(f'{v:.3f}' for v in ap50),
              f'{ap50[-1]:.3f}'] for name, ap50 in curves.items()]
@@ -166,6 +173,7 @@ def scale_panel(root: str, name: str, panel: int, labels: Sequence[str],
 
 
 def decoder_rpb_end(root: str, panel: int, title: str) -> str:
+    """AP50 after the last epoch per row: mean ± std and per seed."""
     data = load(root, 'decoder_rpb.json')['panels'][panel]
     rows = []
     for r in data['rows']:
@@ -176,6 +184,7 @@ def decoder_rpb_end(root: str, panel: int, title: str) -> str:
 
 
 def decoder_rpb_epochs(root: str, panel: int, title: str) -> str:
+    """AP50 after each epoch per row, mean ± std over the seeds."""
     data = load(root, 'decoder_rpb.json')['panels'][panel]
     rows = [[r['name']] + [mean_std([seed[i] for seed in r['seeds']])
                            for i in range(len(data['epochs']))]
@@ -187,6 +196,7 @@ def decoder_rpb_epochs(root: str, panel: int, title: str) -> str:
 
 
 def ci_runs(root: str) -> str:
+    """The fresh-clone ``make test`` runs: set-up and suite seconds."""
     def secs(values):
         return ', '.join(f'{v} s' for v in values)
 
