@@ -35,7 +35,6 @@ UNCHECKED = {
     'docs/results.md': 'tables other than the marked ones, no data file',
     'docs/ablation.md': "tools/experiments/ablation.py's tables, no JSON",
     'docs/user_guides/backbones.md': 'the CPVT Mask R-CNN AP50, no data',
-    'docs/user_guides/dataset_check.md': 'the check timings, no data file',
     'docs/user_guides/rope_coordinates.md': 'the rope_coords study, no JSON',
     'docs/user_guides/segmentation.md': 'the make demo-seg run, no data',
     'docs/user_guides/vitdet.md': 'the ViTDet layout benchmarks, no JSON',
