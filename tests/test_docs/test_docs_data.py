@@ -35,7 +35,6 @@ UNCHECKED = {
     'docs/results.md': 'tables other than the marked ones, no data file',
     'docs/ablation.md': "tools/experiments/ablation.py's tables, no JSON",
     'docs/user_guides/backbones.md': 'the CPVT Mask R-CNN AP50, no data',
-    'docs/user_guides/rope_coordinates.md': 'the rope_coords study, no JSON',
     'docs/user_guides/vitdet.md': 'the ViTDet layout benchmarks, no JSON',
 }
 PROSE_PAGES = ['README.md'] + sorted(
@@ -67,6 +66,13 @@ ALLOWED = {
         '30%': "the generator's object size range (a setting)",
         '70%': "the generator's object size range (a setting)",
         '1.0': "COCOeval of the ground truth against itself (a test's value)",
+    },
+    'docs/user_guides/rope_coordinates.md': {
+        '6.3': '2 pi, the period in tokens of the fastest frequency pair',
+        '30%': "the generator's object size range (a setting)",
+        '70%': "the generator's object size range (a setting)",
+        '1.2': "DINOv3's jitter setting",
+        '1.5x': 'a test scale (a setting)',
     },
     'docs/user_guides/segmentation.md': {
         '0.90': "Twins-PCPVT's parameter count in millions (the model's size)",
