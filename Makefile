@@ -37,6 +37,9 @@ PYTEST_ARGS ?=
 TEST_THREADS ?= 1
 DOCS_BUILD_DIR ?= docs/_build/html
 SPHINX_ARGS ?=
+# the set-up the site is built on: the runtime stack; .ci/run, after make
+# test, names setup-tests (which installs the runtime stack too)
+DOCS_SETUP ?= setup
 
 .PHONY: demo demo-fast test test-each-file setup setup-tests data train-demo \
 	eval-demo demo-seg setup-docs docs figures gpu-check docs-tables
@@ -85,7 +88,7 @@ test-each-file: setup-tests
 
 # the documentation tools go into the same .venv (autodoc imports mmpe, so
 # the site needs the runtime stack); pinned in requirements/docs.txt
-setup-docs: setup
+setup-docs: $(DOCS_SETUP)
 	$(PY) -m pip install -q -r requirements/docs.txt
 
 # -W --keep-going: every warning is an error, all of them reported at once
