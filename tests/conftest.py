@@ -14,6 +14,12 @@ import socket
 import numpy as np
 import torch
 
+# No GPU: Triton's interpreter runs the CUDA attention kernel on CPU tensors
+# (test_triton_attention.py). Triton reads this when the kernels are
+# defined, at `import mmpe` below.
+if not torch.cuda.is_available():
+    os.environ.setdefault('TRITON_INTERPRET', '1')
+
 from mmdet.utils import register_all_modules
 
 register_all_modules(init_default_scope=True)

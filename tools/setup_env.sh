@@ -7,6 +7,13 @@
 #   bash tools/setup_env.sh          # runtime stack
 #   bash tools/setup_env.sh tests    # runtime stack + test dependencies
 #
+# Offline (a node without a package index): MMPE_WHEELHOUSE=DIR installs
+# only from DIR, made on a connected machine by tools/make_wheelhouse.sh.
+# mmcv's ops are compiled for CUDA where torch sees a GPU and a CUDA
+# compiler is present, else for CPU; MMPE_MMCV_OPS=cpu asks for the CPU ops
+# only (the GPU hidden from the build: a quick check, about 2 minutes with
+# 16 jobs; the heads that call mmcv's CUDA ops then fail on CUDA).
+#
 # The slow part of a first run is mmcv 2.1.0's C++ ops (about 12 minutes on two
 # cores); pip caches the built wheel, so later fresh venvs install it in seconds.
 set -euo pipefail
@@ -33,14 +40,20 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install -q --upgrade pip "setuptools<70" wheel
+OFFLINE=()
+if [ -n "${MMPE_WHEELHOUSE:-}" ]; then
+    [ -d "$MMPE_WHEELHOUSE" ] || { echo "[setup] MMPE_WHEELHOUSE=$MMPE_WHEELHOUSE is not a folder" >&2; exit 2; }
+    echo "[setup] offline: installing from $MMPE_WHEELHOUSE only"
+    OFFLINE=(--no-index --find-links "$(cd "$MMPE_WHEELHOUSE" && pwd)")
+fi
+"${PIP[@]}" install "${OFFLINE[@]}" -q --upgrade pip "setuptools<70" wheel
 
 # Keep a torch the user installed first (e.g. a CUDA build); otherwise the CPU build.
 if "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
     echo "[setup] keeping torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
 else
     echo "[setup] installing torch==${MMPE_TORCH_VERSION:-2.13.0}"
-    "${PIP[@]}" install -q "torch==${MMPE_TORCH_VERSION:-2.13.0}"
+    "${PIP[@]}" install "${OFFLINE[@]}" -q "torch==${MMPE_TORCH_VERSION:-2.13.0}"
 fi
 
 # setuptools < 70 again: torch's install may upgrade it, and mmcv 2.1.0's
@@ -53,7 +66,7 @@ echo "torch==$TORCH_VERSION" > "$CONSTRAINTS"
 # The same guard for any later `pip install` into this venv (mmcv's ops are
 # compiled against this torch). Remove .venv/pip.conf to change torch.
 printf '[install]\nconstraint = %s\n' "$CONSTRAINTS" > "$VENV/pip.conf"
-PIP=("${PIP[@]}" install -c "$CONSTRAINTS")
+PIP=("${PIP[@]}" install "${OFFLINE[@]}" -c "$CONSTRAINTS")
 "${PIP[@]}" -q "numpy<2" "mmengine==0.10.7" "setuptools<70" ninja psutil
 
 # mmcv with its compiled ops (mmdet 3.3.0 refuses mmcv >= 2.2.0, and PyPI has no
@@ -61,11 +74,25 @@ PIP=("${PIP[@]}" install -c "$CONSTRAINTS")
 # the torch in this venv.
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" >/dev/null 2>&1; then
     echo "[setup] installing mmcv==2.1.0 with ops (built from source the first time: ~12 min on 2 cores; pip caches the wheel)"
-    MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+    MMCV_ENV=()
+    case "${MMPE_MMCV_OPS:-auto}" in
+        auto) ;;
+        cpu) echo "[setup] mmcv: CPU ops only (MMPE_MMCV_OPS=cpu)"
+             MMCV_ENV=(CUDA_VISIBLE_DEVICES= FORCE_CUDA=0) ;;
+        *) echo "[setup] MMPE_MMCV_OPS=${MMPE_MMCV_OPS} is not a choice; choose auto or cpu" >&2
+           exit 2 ;;
+    esac
+    env "${MMCV_ENV[@]}" MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
         "${PIP[@]}" --no-build-isolation "mmcv==2.1.0"
 fi
 
 "${PIP[@]}" -q -r "$ROOT/requirements/runtime.txt"
+# Triton (the fused attention kernel on CUDA): a CUDA torch brings its own
+# release, which stays; otherwise the pinned one (its interpreter runs the
+# kernel's tests on CPU).
+if ! "$VENV/bin/python" -c "import triton" >/dev/null 2>&1; then
+    "${PIP[@]}" -q -r "$ROOT/requirements/triton.txt"
+fi
 if [ "$EXTRA" = "tests" ]; then
     "${PIP[@]}" -q -r "$ROOT/requirements/tests.txt"
     # the ONNX packages may pull numpy 2; the stack (mmcv 2.1.0's ops, mmdet

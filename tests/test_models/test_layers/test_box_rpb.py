@@ -219,8 +219,8 @@ def test_bad_arguments_name_the_choices():
         BoxRPB(2, hidden=0)
     with pytest.raises(ValueError, match='`stride` -1'):
         BoxRPB(2, stride=-1)
-    with pytest.raises(ValueError, match=r"`attn_impl` 'fused'.*'chunked'"):
-        CrossPEAttention(8, 2, attn_impl='fused')
+    with pytest.raises(ValueError, match=r"`attn_impl` 'flex'.*'chunked'"):
+        CrossPEAttention(8, 2, attn_impl='flex')
     rpb = BoxRPB(2, mode='box')
     with pytest.raises(ValueError, match=r"mode='point'"):
         rpb.term(torch.rand(1, 3, 2), None, 2, 2)

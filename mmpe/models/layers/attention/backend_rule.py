@@ -6,7 +6,8 @@ The rule is a pure function of the call's sizes, device type, gradient
 mode and the free device memory (:func:`auto_backend`), so that it can be
 checked anywhere with the inputs of any device.
 
-* Fused CPU kernel: where it applies (CPU), always.
+* The fused kernel of the device (C++ on CPU, Triton on CUDA): where it
+  applies, always (it holds no ``(L, L)`` tensor and is the fastest).
 * CPU (every device but CUDA, and CUDA while ``torch.compile`` traces,
   where free memory cannot be read inside a graph): no gradient into the
   terms and no iRPE on values: SDPA with the terms as a constant mask;
@@ -168,8 +169,8 @@ def auto_backend(call: AttentionCall,
         call (AttentionCall): The call.
         flex_ok (bool): Whether FlexAttention applies to the call (CUDA,
             iRPE on q / k only, no RoPE...). Defaults to False.
-        fused_ok (bool): Whether mmpe's fused CPU kernel applies. Defaults
-            to False.
+        fused_ok (bool): Whether mmpe's fused kernel of the call's device
+            (C++ on CPU, Triton on CUDA) applies. Defaults to False.
         free_bytes (int, optional): Free device memory (CUDA); None: not
             known, the length rule decides. Defaults to None.
         fraction (float): Share of ``free_bytes`` the dense backend may

@@ -21,6 +21,8 @@ from ..terms.relative_term import RelativeTerm, split_terms
 from .backend_rule import AttentionCall, auto_backend
 from .flex import FLEX_DTYPES, flex_unsupported_reason, irpe_flex_attention
 from .fused import FUSED_DTYPES, fused_unavailable_reason
+from .fused_triton import (MAX_HEAD_DIM, TRITON_DTYPES,
+                           triton_unavailable_reason)
 from .ops import additive_mask, attention_probs, constant_bias
 
 
@@ -155,24 +157,36 @@ class AttentionBackends:
 
     def _fused_reason(self, q: Tensor,
                       terms: Sequence[RelativeTerm]) -> Optional[str]:
-        """Why the fused CPU kernel does not apply to this call, or None."""
-        reason = fused_unavailable_reason()
-        if reason is not None:
-            return reason
+        """Why the fused kernel of ``q``'s device (C++ on CPU, Triton on
+        CUDA) does not apply to this call, or None."""
         if is_exporting():
             return 'exported graphs hold standard ops only'
-        if q.device.type != 'cpu':
-            return f'it runs on CPU, not {q.device.type}'
-        if q.dtype not in FUSED_DTYPES:
-            return f'dtype {q.dtype} is not supported'
         if self.training and self.attn_drop_prob > 0:
             return 'attention dropout is not supported'
         if any(term.axis_layout is None for term in terms) or len(
                 {term.axis_on for term in terms}) != len(terms):
             return ('it takes terms over per-axis buckets, one per role '
-                    '(iRPE product / cross on queries, keys and values, or '
-                    'the decomposed relative position)')
-        return None
+                    '(iRPE product / cross on queries, keys and values, the '
+                    'decomposed relative position, BoxRPB)')
+        if q.device.type == 'cuda':
+            reason = triton_unavailable_reason(q.device)
+            if reason is None and q.dtype not in TRITON_DTYPES:
+                reason = (f'dtype {q.dtype} is not supported (Triton kernel: '
+                          f'{", ".join(map(str, TRITON_DTYPES))})')
+            if reason is None and q.shape[-1] > MAX_HEAD_DIM:
+                reason = (f'head dim {q.shape[-1]} is above the Triton '
+                          f"kernel's {MAX_HEAD_DIM}")
+            return reason
+        if q.device.type != 'cpu':
+            return f'it runs on CPU and CUDA, not {q.device.type}'
+        reason = fused_unavailable_reason()
+        if reason is None and q.dtype not in FUSED_DTYPES:
+            reason = f'dtype {q.dtype} is not supported'
+        if reason is None and not all(term.axis_query_grid
+                                      for term in terms):
+            reason = ('queries off the grid (cross-attention) are taken by '
+                      'the Triton kernel only')
+        return reason
 
     def _warn_once(self, msg: str) -> None:
         if msg not in self._warned:

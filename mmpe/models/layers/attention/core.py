@@ -42,6 +42,7 @@ from .backend_rule import AttentionCall, cuda_free_bytes
 from .backends import AttentionBackends
 from .chunked import relative_attention
 from .fused import fused_attention
+from .fused_triton import triton_attention
 from .ops import additive_mask
 
 
@@ -70,13 +71,15 @@ class PEAttention(AttentionBackends, BaseModule):
             ``F.scaled_dot_product_attention``.
 
             - ``'auto'``: the rule of
-              :mod:`~mmpe.models.layers.attention.backend_rule`: on CPU
-              ``'fused'`` where it applies; otherwise SDPA with the terms as a
-              constant mask (no gradient into them, no iRPE on values) or
-              ``'explicit'`` below ``AUTO_CHUNKED_FROM`` tokens,
-              ``'chunked'`` from there on; on CUDA the dense backend while
-              its memory estimate fits a share of the free memory, then
-              ``'flex'`` where it applies, else ``'chunked'``.
+              :mod:`~mmpe.models.layers.attention.backend_rule`: the fused
+              kernel of the device (C++ on CPU, Triton on CUDA) where it
+              applies; otherwise SDPA with the terms as a constant mask (no
+              gradient into them, no iRPE on values) or ``'explicit'``
+              below ``AUTO_CHUNKED_FROM`` tokens, ``'chunked'`` from there
+              on; on CUDA the dense backend while its memory estimate fits
+              a share of the free memory, then ``'flex'`` where it applies
+              (no backward), else ``'chunked'`` with a warning naming why
+              the fused kernel does not apply, once per module.
             - ``'explicit'``: logits ``(B, H, L, L)``, the iRPE terms added
               into them in place, softmax, ``@ v`` (+ iRPE on values), kept
               for autograd's backward; inference as ``'auto'``.
@@ -86,18 +89,21 @@ class PEAttention(AttentionBackends, BaseModule):
               ``(B, H, L, L)`` tensor kept, in training and inference.
               Its attention dropout draws its own masks (redrawn, not
               stored, for the backward).
-            - ``'fused'``: mmpe's CPU kernel
-              (:mod:`~mmpe.models.layers.attention.fused`): logits, term,
-              mask and softmax of a cache-sized block of query rows in one
-              pass, a backward that recomputes the blocks from the rows'
+            - ``'fused'``: mmpe's fused kernel of the device: on CPU the
+              C++ kernel (:mod:`~mmpe.models.layers.attention.fused`), on
+              CUDA the Triton kernel
+              (:mod:`~mmpe.models.layers.attention.fused_triton`): logits,
+              term, mask and softmax of a block of query rows in one pass,
+              a backward that recomputes the blocks from the rows'
               log-sum-exp; no ``(L, L)`` tensor, the time of fused
               attention up to the terms. For terms over per-axis buckets:
               iRPE product / cross on queries, keys and values (contextual
-              or bias), or the decomposed relative position, skip tokens
-              included;
-              CPU, float32 / float64, no attention dropout while training.
-              Where it does not apply the call runs ``'chunked'`` with a
-              warning, once per module.
+              or bias), the decomposed relative position, skip tokens
+              included (and on CUDA BoxRPB's cross-attention); CPU float32
+              / float64 / bfloat16 / float16, CUDA float32 / bfloat16 /
+              float16; no attention dropout while training. Where it does
+              not apply the call runs ``'chunked'`` with a warning, once
+              per module.
             - ``'sdpa'``: the iRPE terms (with their gradient) materialised
               as the float mask of ``F.scaled_dot_product_attention``.
               iRPE on values is not possible there (it needs the
@@ -316,6 +322,11 @@ class PEAttention(AttentionBackends, BaseModule):
         backend = self.select_backend(
             q.shape[2], needs_grad, flex_ok, impl, fused_reason is None, call,
             cuda_free_bytes(q.device) if impl == 'auto' else None)
+        if (impl == 'auto' and backend == 'chunked'
+                and q.device.type == 'cuda'):
+            self._warn_once(f'{type(self).__name__} attn_impl=\'auto\' runs '
+                            f'the chunked backend (the dense one does not fit '
+                            f'in memory; the fused kernel: {fused_reason})')
         if backend == 'flex':  # 'auto' on CUDA
             out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
                              height, width, False)
@@ -327,9 +338,11 @@ class PEAttention(AttentionBackends, BaseModule):
                               scale, needs_grad)
         mask = additive_mask(attn_mask, key_padding_mask, q)
         q_logits = qs if rope is None else q * scale
-        if backend == 'fused':
-            return fused_attention(q_logits, k, v, mask,
-                                   [term.axis_values() for term in terms])
+        if backend == 'fused':  # the kernel of the device: C++ or Triton
+            fused = (triton_attention if q.device.type == 'cuda' else
+                     fused_attention)
+            return fused(q_logits, k, v, mask,
+                         [term.axis_values() for term in terms])
         if backend == 'chunked':
             return relative_attention(q_logits, k, v, mask, terms, height,
                                       width, self.chunk_size or 0,

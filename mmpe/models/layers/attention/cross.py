@@ -28,9 +28,10 @@ from ..common.arg_checks import check_choice, check_grid
 from ..terms.relative_term import RelativeTerm
 from .core import PEAttention
 
-#: backends of the core that run terms of a non-grid query side (the
-#: fused CPU kernel and FlexAttention take per-axis buckets of a query grid)
-CROSS_IMPL_CHOICES = ('auto', 'explicit', 'chunked', 'sdpa')
+#: backends of the core that run terms of a non-grid query side
+#: (FlexAttention takes per-axis buckets of a query grid; ``'fused'`` is the
+#: Triton kernel on CUDA, on CPU it falls back to ``'chunked'``)
+CROSS_IMPL_CHOICES = ('auto', 'explicit', 'chunked', 'sdpa', 'fused')
 
 
 class CrossPEAttention(PEAttention):

@@ -40,9 +40,10 @@ from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from ..common.arg_checks import check_choice, check_positive_int
+from ....utils.arg_checks import check_int
+from ..common.arg_checks import check_choice
 from ..terms.registry import register_term
-from ..terms.relative_term import RelativeTerm, Rows
+from ..terms.relative_term import AxisValues, RelativeTerm, Rows
 
 #: reference kinds: ``'box'`` (x1, y1, x2, y2), ``'point'`` (x, y)
 RPB_MODES = ('box', 'point')
@@ -65,6 +66,27 @@ class AxisBiasTerm(RelativeTerm):
     """
 
     kind = 'axis-bias'
+
+    @property
+    def axis_layout(self) -> Optional[str]:
+        """``'cross'``: the buckets of a key are its row and its column."""
+        return 'cross'
+
+    @property
+    def axis_query_grid(self) -> bool:
+        """The queries are not grid tokens."""
+        return False
+
+    def axis_values(self) -> AxisValues:
+        """``[by, bx]`` per query over ``h + w`` buckets; the key ``(jy,
+        jx)`` reads buckets ``jy`` and ``h + jx`` (identity tables seen
+        from the grid's origin, ``query_grid=False``)."""
+        by, bx = self.tensors
+        rows = torch.arange(self.height, device=by.device)[None]
+        cols = torch.arange(self.width, device=by.device)[None]
+        return AxisValues(torch.cat([by, bx], -1), rows, cols, 'cross',
+                          self.height, self.width, self.height, on='k',
+                          query_grid=False)
 
     def _rows(self, rows: Rows) -> Tuple[Tensor, Tensor]:
         by, bx = self.tensors
@@ -173,9 +195,9 @@ class BoxRPB(BaseModule):
                  stride: float = 32,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        check_positive_int('num_heads', num_heads)
+        check_int('num_heads', num_heads)
         check_choice('mode', mode, RPB_MODES)
-        check_positive_int('hidden', hidden)
+        check_int('hidden', hidden)
         check_choice('offsets', offsets, RPB_OFFSETS)
         if isinstance(stride, bool) or not isinstance(
                 stride, (int, float)) or not stride > 0:

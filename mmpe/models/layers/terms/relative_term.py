@@ -165,9 +165,15 @@ class RelativeTerm:
         """:attr:`AxisValues.on` of :meth:`axis_values` (cheap to ask)."""
         return 'k'
 
+    @property
+    def axis_query_grid(self) -> bool:
+        """:attr:`AxisValues.query_grid` of :meth:`axis_values` (cheap to
+        ask): False where the queries are not the grid's tokens."""
+        return True
+
     def axis_values(self) -> AxisValues:
         """The term as :class:`AxisValues` (only where :attr:`axis_layout`
-        is not None), for the fused CPU kernel."""
+        is not None), for the fused kernels (CPU, Triton)."""
         raise NotImplementedError
 
     # -- value terms -----------------------------------------------------
