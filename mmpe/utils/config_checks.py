@@ -1,6 +1,9 @@
-"""Checks run by ``tools/train.py`` and ``tools/test.py`` before a Runner is
-built, so that a user mistake ends in one clear message instead of a stack of
-tracebacks from inside a dataloader worker."""
+"""Checks of a config, so that a user mistake ends in one clear message
+instead of a stack of tracebacks from inside a dataloader worker or a
+forward: the data paths, work dir and worker settings (run by
+``tools/train.py`` and ``tools/test.py`` before a Runner is built) and the
+feature levels of a multi-scale deformable DETR (run by the detector when it
+is built, :class:`mmpe.models.PaddingAwareDINO`)."""
 import glob
 import os.path as osp
 from typing import Iterator, List, Optional
@@ -102,3 +105,69 @@ def fix_worker_settings(cfg: Config) -> None:
         if loader and loader.get('num_workers', 0) == 0 \
                 and loader.get('persistent_workers', False):
             loader['persistent_workers'] = False
+
+
+def neck_num_outs(neck: Optional[dict]) -> Optional[int]:
+    """Number of maps a neck config gives: ``num_outs`` where set, else
+    ``len(scale_factors)`` (ViTSimpleFPN) or ``len(in_channels)``
+    (ChannelMapper, FPN); None without a neck or when it cannot be told."""
+    if not neck:
+        return None
+    if neck.get('num_outs') is not None:
+        return neck['num_outs']
+    for key in ('scale_factors', 'in_channels'):
+        value = neck.get(key)
+        if isinstance(value, (list, tuple)):
+            return len(value)
+    return None
+
+
+def check_feature_levels(detector: str, neck: Optional[dict],
+                         num_feature_levels: int, encoder: Optional[dict],
+                         decoder: Optional[dict]) -> None:
+    """Refuse a multi-scale deformable DETR (DINO, Deformable DETR) whose
+    pyramid and attention disagree on the number of feature levels.
+
+    The detector adds one level embedding per level (``num_feature_levels``)
+    and each deformable attention samples ``num_levels`` maps, so the neck
+    must give exactly that many; otherwise the first forward fails deep in
+    the encoder.
+
+    Args:
+        detector (str): Name of the detector type, for the message.
+        neck (dict, optional): The ``model.neck`` config.
+        num_feature_levels (int): The detector's ``num_feature_levels``.
+        encoder (dict, optional): ``model.encoder`` (its
+            ``layer_cfg.self_attn_cfg.num_levels``, mmcv's default 4).
+        decoder (dict, optional): ``model.decoder`` (its
+            ``layer_cfg.cross_attn_cfg.num_levels``, default 4).
+
+    Raises:
+        ValueError: naming the fields and their values.
+    """
+    levels = {'num_feature_levels': num_feature_levels}
+    for name, cfg, attn in (('encoder', encoder, 'self_attn_cfg'),
+                            ('decoder', decoder, 'cross_attn_cfg')):
+        attn_cfg = ((cfg or {}).get('layer_cfg') or {}).get(attn) or {}
+        levels[f'{name}.layer_cfg.{attn}.num_levels'] = attn_cfg.get(
+            'num_levels', 4)
+    if len(set(levels.values())) > 1:
+        shown = ', '.join(f'`{k}`={v}' for k, v in levels.items())
+        raise ValueError(
+            f'{detector}: the deformable attention and the detector disagree '
+            f'on the number of feature levels ({shown}); give them one value')
+    outs = neck_num_outs(neck)
+    if outs is not None and outs != num_feature_levels:
+        pyramid = ''
+        if neck.get('type') == 'ViTSimpleFPN':
+            pyramid = (
+                f' (ViTSimpleFPN: `neck.scale_factors`='
+                f'{tuple(neck.get("scale_factors", ()))}, each a level, then '
+                f'pooled levels up to `neck.num_outs`; DINO-ViTDet\'s 4 '
+                f'levels are scale_factors=(2.0, 1.0, 0.5), num_outs=4: '
+                f'strides 8, 16, 32, 64)')
+        raise ValueError(
+            f'{detector}: the neck gives {outs} feature maps (`neck.num_outs`'
+            f') but the encoder and decoder attend to {num_feature_levels} '
+            f'levels (`num_feature_levels` and `num_levels` of the '
+            f'deformable attention); make them equal{pyramid}')

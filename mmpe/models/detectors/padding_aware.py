@@ -21,7 +21,9 @@ plain mmdet detector, so checkpoints load into either.
 
 Config switch: ``model.type='PaddingAwareMaskRCNN'`` (or
 ``'PaddingAwareRetinaNet'``, ``'PaddingAwareDETR'``) instead of the mmdet
-type. Another detector: ``class X(PaddingAwareMixin, ItsMMDetClass)``.
+type; ``'PaddingAwareDINO'`` also refuses a pyramid whose number of levels
+is not its deformable attention's. Another detector:
+``class X(PaddingAwareMixin, ItsMMDetClass)``.
 """
 import inspect
 from contextlib import contextmanager
@@ -29,9 +31,10 @@ from typing import Iterator, Tuple
 
 from torch import Tensor
 
-from mmdet.models.detectors import DETR, MaskRCNN, RetinaNet
+from mmdet.models.detectors import DETR, DINO, MaskRCNN, RetinaNet
 from mmdet.registry import MODELS
 from mmdet.structures import OptSampleList, SampleList
+from ...utils.config_checks import check_feature_levels
 from ..utils.padding_mask import padding_mask_from_samples
 
 
@@ -132,3 +135,22 @@ class PaddingAwareRetinaNet(PaddingAwareMixin, RetinaNet):
 @MODELS.register_module()
 class PaddingAwareDETR(PaddingAwareMixin, DETR):
     """mmdet's ``DETR`` whose backbone sees each batch's padding."""
+
+
+@MODELS.register_module()
+class PaddingAwareDINO(PaddingAwareMixin, DINO):
+    """mmdet's ``DINO`` whose backbone sees each batch's padding.
+
+    Built only when the neck gives as many maps as the deformable attention
+    has levels (``num_feature_levels``, the encoder's and the decoder's
+    ``num_levels``): a mismatch is refused naming the fields
+    (:func:`mmpe.utils.config_checks.check_feature_levels`) instead of
+    failing at the first forward. Head, encoder and decoder are mmdet's.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        check_feature_levels(
+            type(self).__name__, kwargs.get('neck'),
+            kwargs.get('num_feature_levels', 4), kwargs.get('encoder'),
+            kwargs.get('decoder'))
+        super().__init__(*args, **kwargs)
