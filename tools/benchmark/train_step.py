@@ -16,6 +16,14 @@ then written as JSON with ``--out``::
     python tools/benchmark/train_step.py --out work_dirs/train_step.json
     python tools/benchmark/train_step.py --quick
 
+``--dino`` compares mmdet's 4-scale DINO with ResNet-50 against DINO on the
+ViTDet-layout ViT (``configs/dino-4scale_vit-*_vitdet_12e_coco.py``: ViT-B
+with PEG, iRPE, RoPE-Mixed, the decomposed relative position, and ViT-S with
+iRPE), each row in its own process (``--memory``), no ImageNet weights::
+
+    python tools/benchmark/train_step.py --dino --image-size 1333x800 \
+        --batch 2 --warmup 1 --rounds 3 --threads 1
+
 Detectors with instance masks (Mask R-CNN) get masks in the batch.
 ``--image-size WxH`` makes every image that size (e.g. 1333x800, mmdet's
 test size); ``--cfg-options`` apply to every config; ``--global-twin`` adds,
@@ -64,6 +72,7 @@ from mmdet.registry import MODELS  # noqa: E402
 from mmdet.testing import demo_mm_inputs  # noqa: E402
 from mmdet.utils import register_all_modules  # noqa: E402
 from mmengine.config import Config, DictAction  # noqa: E402
+from mmengine.hub import get_config  # noqa: E402
 from mmengine.optim import build_optim_wrapper  # noqa: E402
 
 from mmpe.utils.benchmark_helpers import (  # noqa: E402
@@ -72,6 +81,16 @@ from mmpe.utils.benchmark_helpers import (  # noqa: E402
 CONFIGS = [
     'configs/quickstart/detr_r18_synthetic.py',
     'configs/quickstart/detr_irpe_r18_synthetic.py'
+]
+#: ``--dino``: mmdet's R50 DINO, then DINO on the ViTDet-layout ViT with each
+#: encoding (one process per row; no ImageNet weights are loaded)
+DINO_CONFIGS = [
+    'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py',
+    'configs/dino-4scale_vit-b-peg_vitdet_12e_coco.py',
+    'configs/dino-4scale_vit-b-irpe_vitdet_12e_coco.py',
+    'configs/dino-4scale_vit-b-rope-mixed_vitdet_12e_coco.py',
+    'configs/dino-4scale_vit-b-rel-pos_vitdet_12e_coco.py',
+    'configs/dino-4scale_vit-s-irpe_vitdet_12e_coco.py',
 ]
 
 
@@ -98,8 +117,12 @@ def make_batch(batch: int, min_size: int, max_size: int, num_classes: int,
 
 
 def load_config(cfg_path: str, options: Optional[dict] = None) -> Config:
-    """The config with ``options`` (``--cfg-options`` style) merged."""
-    cfg = Config.fromfile(cfg_path)
+    """The config with ``options`` (``--cfg-options`` style) merged
+    (``'mmdet::...'``: a config of the installed mmdet)."""
+    if '::' in cfg_path:
+        cfg = get_config(cfg_path)
+    else:
+        cfg = Config.fromfile(cfg_path)
     if options:
         cfg.merge_from_dict(options)
     return cfg
@@ -175,9 +198,10 @@ def _cpvt_depth(backbone) -> int:
 
 
 def _paths(configs: List[str]) -> List[str]:
+    # 'mmdet::...' names a config of the installed mmdet (Config.fromfile)
     return [
-        c if os.path.isabs(c) or os.path.exists(c) else os.path.join(ROOT, c)
-        for c in configs
+        c if os.path.isabs(c) or os.path.exists(c) or '::' in c else
+        os.path.join(ROOT, c) for c in configs
     ]
 
 
@@ -232,6 +256,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--memory', action='store_true',
                         help='one subprocess per config: step time and '
                         'peak resident memory (not interleaved)')
+    parser.add_argument('--dino', action='store_true',
+                        help='the DINO rows: R50 DINO against DINO on the '
+                        'ViTDet-layout ViT with each encoding (replaces the '
+                        'configs; implies --memory and no ImageNet weights)')
     parser.add_argument('--child', type=int, default=None,
                         help=argparse.SUPPRESS)
     parser.add_argument('--out', help='write the results as JSON here')
@@ -239,6 +267,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.quick:
         args.batch, args.min_size, args.max_size = 2, 64, 96
         args.warmup, args.rounds = 1, 2
+    if args.dino:
+        args.configs, args.memory = list(DINO_CONFIGS), True
+        args.cfg_options = {'model.backbone.init_cfg': None,
+                            **(args.cfg_options or {})}
     return args
 
 
