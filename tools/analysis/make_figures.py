@@ -271,13 +271,14 @@ def fig_irpe_buckets(data_dir: str, out: str) -> Optional[str]:
     for the centre query, and the two index functions (computed)."""
     import torch
 
-    from mmpe.models.layers.irpe.index import (clip_index, max_index,
-                                               piecewise_index, ratio_to_abg)
+    from mmpe.models.layers.irpe.index import (BucketSpec, clip_index,
+                                               max_index, piecewise_index,
+                                               ratio_to_abg)
     buckets = _tool('visualize_buckets')
     height = width = 14
     ref = (7, 7)
     ratio = 1.9
-    k = max_index('piecewise', ratio)  # clip with the same bucket count
+    k = max_index(BucketSpec(ratio=ratio))  # clip with the same bucket count
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.9))
     for ax, (index, title) in zip(axes[:2], [
         ('piecewise', f'product, piecewise (ratio {ratio:g})'),

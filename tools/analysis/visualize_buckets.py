@@ -42,8 +42,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from mmpe.models.layers.irpe.buckets import get_bucket_ids_2d
-from mmpe.models.layers.irpe.index import (clip_index, max_index,
-                                           num_buckets_per_table,
+from mmpe.models.layers.irpe.index import (BucketSpec, clip_index,
+                                           max_index, num_buckets_per_table,
                                            piecewise_index, ratio_to_abg)
 
 
@@ -66,9 +66,9 @@ def bucket_maps(height: int, width: int, ref: Tuple[int, int], index: str,
     i = ref[0] * width + ref[1]
     maps = []
     for method in ('euclidean', 'quant', 'cross', 'product'):
-        ids = get_bucket_ids_2d(height, width, method, index, ratio,
-                                max_distance)
-        n = num_buckets_per_table(method, index, ratio, max_distance)
+        spec = BucketSpec(method, index, ratio, max_distance)
+        ids = get_bucket_ids_2d(height, width, spec)
+        n = num_buckets_per_table(spec)
         if method == 'cross':
             # (2, L, L): row-axis ids, then column-axis ids offset by n
             maps.append((f'cross, rows ({n} buckets)',
@@ -119,7 +119,7 @@ def plot_index_functions(path: str, ratios: List[float], dpi: int) -> str:
         1, len(ratios), figsize=(5.6 * len(ratios), 4.0), squeeze=False)
     for ax, ratio in zip(axes[0], ratios):
         alpha, beta, gamma = ratio_to_abg(ratio)
-        k = max_index('piecewise', ratio)
+        k = max_index(BucketSpec(ratio=ratio))
         span = int(2 * gamma) + 1
         x = torch.arange(-span, span + 1)
         ax.step(x.numpy(), piecewise_index(x, alpha, beta, gamma).numpy(),
@@ -181,7 +181,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.ratio <= 0:
         parser.error(f'--ratio must be > 0, got {args.ratio}')
     if args.index == 'clip' and args.max_distance is None:
-        args.max_distance = max_index('piecewise', args.ratio)
+        args.max_distance = max_index(BucketSpec(ratio=args.ratio))
     if args.index == 'piecewise':
         args.max_distance = None
     if args.curve_ratios is None:

@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from mmpe.models.layers.irpe.index import num_buckets_per_table
+from mmpe.models.layers.irpe.index import BucketSpec, num_buckets_per_table
 from mmpe.models.utils.irpe_authors import authors_table_to_mmpe
 
 # the authors' model list (rpe_models.py): '{method}_{N}' of the name ->
@@ -217,7 +217,7 @@ def parse_model_name(name: str) -> Optional[Dict]:
 def buckets_per_table(method: str, ratio: float, skip: int) -> int:
     """The authors' ``get_num_buckets`` (+1 with a skip token): ``(2b+1)^2``
     for product, else ``2b + 1`` per table, ``b = int(2 * ratio)``."""
-    return num_buckets_per_table(method, 'piecewise', ratio, None, skip)
+    return num_buckets_per_table(BucketSpec(method, 'piecewise', ratio), skip)
 
 
 def cpvt_config(state: Dict[str, torch.Tensor],

@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from mmpe.models.layers.irpe.index import num_buckets_per_table
+from mmpe.models.layers.irpe.index import BucketSpec, num_buckets_per_table
 from mmpe.models.utils.irpe_authors import authors_table_to_mmpe
 
 # COCO category ids of mmdet's 80 classes, in mmdet's order (ids 1-90
@@ -141,7 +141,7 @@ def buckets_per_table(method: str, ratio: float) -> int:
     """The authors' ``get_num_buckets`` (piecewise index, no skip token):
     ``(2b + 1) ** 2`` for product, else ``2b + 1``, ``b = int(2 * ratio)``.
     """
-    return num_buckets_per_table(method, 'piecewise', ratio)
+    return num_buckets_per_table(BucketSpec(method, 'piecewise', ratio))
 
 
 def _table(key: str, on: str, kind: str, value: torch.Tensor,

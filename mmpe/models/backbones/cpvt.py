@@ -28,12 +28,12 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
+from ...utils.arg_checks import check_int
 from ..layers.blocks.vit_block import ViTBlock
 from ..layers.encodings.peg import PEG
 from ..utils.vit_pos_encodings import POS_ENCODINGS, parse_pos_encoding
-from .vit_args import (check_positive, check_rates, parse_arch,
-                       parse_detectron2_options, parse_img_size,
-                       parse_out_indices, parse_peg_positions,
+from .vit_args import (check_rates, parse_arch, parse_detectron2_options,
+                       parse_img_size, parse_out_indices, parse_peg_positions,
                        parse_rel_pos_cfg, parse_rope_cfg, parse_rpe_cfg,
                        parse_window_layout)
 from .vit_input import ViTInputMixin
@@ -251,7 +251,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
                             ('num_heads', num_heads),
                             ('patch_size', patch_size), ('in_channels',
                                                          in_channels)):
-            check_positive(name, value)
+            check_int(name, value)
         if embed_dims % num_heads != 0:
             raise ValueError(
                 f'`num_heads` ({num_heads}) must divide `embed_dims` '

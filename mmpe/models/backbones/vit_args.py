@@ -7,6 +7,7 @@ are :mod:`mmpe.models.utils.vit_pos_encodings`.
 """
 from typing import Optional, Sequence, Tuple, Union
 
+from ...utils.arg_checks import check_int, is_int
 from ..layers.common.arg_checks import RPE_ON_CHOICES, check_choice
 from ..layers.encodings.pos_embed_2d import POS_EMBED_INTERPS
 from ..layers.encodings.rope_coords import COORD_DEFAULTS, ROPE_ARGS
@@ -127,12 +128,6 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     return module_cfg, coords
 
 
-def check_positive(name: str, value) -> None:
-    """Raise unless ``value`` is an int > 0."""
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f'`{name}` must be a positive int, got {value!r}')
-
-
 def check_rates(**rates: float) -> None:
     """Raise unless every dropout-like rate lies in [0, 1)."""
     for name, rate in rates.items():
@@ -142,9 +137,9 @@ def check_rates(**rates: float) -> None:
 
 def parse_img_size(img_size: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
     """``img_size`` as a pair of positive ints."""
-    img_size = (img_size, img_size) if isinstance(img_size, int) else img_size
-    if (len(img_size) != 2
-            or not all(isinstance(s, int) and s > 0 for s in img_size)):
+    img_size = (img_size, img_size) if is_int(img_size) else img_size
+    if (not isinstance(img_size, (list, tuple)) or len(img_size) != 2
+            or not all(is_int(s, 1) for s in img_size)):
         raise ValueError(f'`img_size` must be a positive int or a pair of '
                          f'them, got {img_size!r}')
     return tuple(img_size)
@@ -175,14 +170,14 @@ def parse_arch(arch: Union[str, dict], arch_zoo: dict,
 def parse_out_indices(out_indices: Union[int, Sequence[int]],
                        depth: int) -> Tuple[int, ...]:
     """Sorted block indices in ``[0, depth)`` (negatives from the end)."""
-    if isinstance(out_indices, int):
+    if is_int(out_indices):
         out_indices = [out_indices]
     if not isinstance(out_indices, Sequence) or len(out_indices) == 0:
         raise ValueError(f'`out_indices` must be an int or a non-empty '
                          f'sequence of ints, got {out_indices!r}')
     parsed = []
     for index in out_indices:
-        if not isinstance(index, int) or not -depth <= index < depth:
+        if not is_int(index) or not -depth <= index < depth:
             raise ValueError(
                 f'`out_indices` entry {index!r} is out of range: choose '
                 f'block indices in [{-depth}, {depth - 1}] (depth '
@@ -193,7 +188,7 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]],
 def parse_peg_positions(peg_positions: Sequence[int],
                          depth: int) -> Tuple[int, ...]:
     """Sorted blocks followed by a PEG."""
-    if isinstance(peg_positions, int):
+    if is_int(peg_positions):
         peg_positions = [peg_positions]
     if not isinstance(peg_positions, Sequence) or not peg_positions:
         raise ValueError(
@@ -202,7 +197,7 @@ def parse_peg_positions(peg_positions: Sequence[int],
             f"pos_encoding='none' for no position encoding), got "
             f'{peg_positions!r}')
     for pos in peg_positions:
-        if not isinstance(pos, int) or not 0 <= pos < depth:
+        if not is_int(pos) or not 0 <= pos < depth:
             raise ValueError(
                 f'`peg_positions` entry {pos!r} is out of range: choose '
                 f'block indices in [0, {depth - 1}] (depth {depth})')
@@ -218,12 +213,9 @@ def parse_window_layout(window_size: int, global_blocks: Sequence[int],
     distinct block indices in ``[0, depth)`` (an int is one block). Windows
     take no class token (ViTDet has none).
     """
-    if isinstance(window_size, bool) or not isinstance(
-            window_size, int) or window_size < 0:
-        raise ValueError(
-            f'Unsupported `window_size` {window_size!r}, please choose an int '
-            '>= 0 (0: global attention in every block; ViTDet: 14)')
-    if isinstance(global_blocks, int) and not isinstance(global_blocks, bool):
+    check_int('window_size', window_size, minimum=0,
+              hint='0: global attention in every block; ViTDet: 14')
+    if is_int(global_blocks):
         global_blocks = [global_blocks]
     if not isinstance(global_blocks, Sequence) or isinstance(
             global_blocks, str):
@@ -231,8 +223,7 @@ def parse_window_layout(window_size: int, global_blocks: Sequence[int],
             f'`global_blocks` must be a sequence of block indices in [0, '
             f'{depth - 1}], got {global_blocks!r}')
     for index in global_blocks:
-        if isinstance(index, bool) or not isinstance(
-                index, int) or not 0 <= index < depth:
+        if not is_int(index) or not 0 <= index < depth:
             raise ValueError(
                 f'`global_blocks` entry {index!r} is out of range: choose '
                 f'block indices in [0, {depth - 1}] (depth {depth})')

@@ -20,6 +20,7 @@ Multi-Scale or Locality Design", ICCV 2023, Sec. 3.2)::
 """
 from typing import Dict, Optional, Union
 
+from ...utils.arg_checks import check_int
 from ..layers.attention.cross import CROSS_IMPL_CHOICES
 from ..layers.box.box_rpb import RPB_OFFSETS
 
@@ -70,9 +71,7 @@ def parse_decoder_pe(decoder_pe: Union[None, str, Dict],
                          f'from {("type", *DECODER_PE_DEFAULTS)}')
     cfg = dict(DECODER_PE_DEFAULTS, **cfg)
     hidden = cfg['hidden']
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0:
-        raise ValueError(f'Unsupported `decoder_pe.hidden` {hidden!r}, please '
-                         'choose an int > 0')
+    check_int('decoder_pe.hidden', hidden)
     if cfg['offsets'] not in RPB_OFFSETS:
         raise ValueError(f'Unsupported `decoder_pe.offsets` '
                          f'{cfg["offsets"]!r}, please choose from '
@@ -89,9 +88,6 @@ def parse_decoder_pe(decoder_pe: Union[None, str, Dict],
         raise ValueError(f'Unsupported `decoder_pe.attn_impl` '
                          f'{cfg["attn_impl"]!r}, please choose from '
                          f'{CROSS_IMPL_CHOICES}')
-    chunk = cfg['chunk_size']
-    if chunk is not None and (isinstance(chunk, bool)
-                              or not isinstance(chunk, int) or chunk <= 0):
-        raise ValueError(f'Unsupported `decoder_pe.chunk_size` {chunk!r}, '
-                         'please choose an int > 0 or None (automatic)')
+    check_int('decoder_pe.chunk_size', cfg['chunk_size'], hint='automatic',
+              allow_none=True)
     return dict(cfg, type=kind, mode=kind.split('-')[0])

@@ -45,6 +45,7 @@ self-attention, and says what the decoder's cross-attention keys get::
 """
 from typing import Dict, Optional, Tuple, Union
 
+from ...utils.arg_checks import check_int
 from ..layers.encodings.rope_coords import (COORD_DEFAULTS, ROPE_ARGS,
                                             check_coord_args)
 
@@ -157,8 +158,6 @@ def parse_encoder_pe(encoder_pe: Optional[Dict],
     decoder_pos = 'none' if decoder_pos is None else decoder_pos
     _choice('encoder_pe.decoder_pos', decoder_pos, DECODER_POS_CHOICES)
     grid = encoder_pe.get('learnable_grid', 50)
-    if isinstance(grid, bool) or not isinstance(grid, int) or grid <= 0:
-        raise ValueError(f'Unsupported `encoder_pe.learnable_grid` {grid!r}, '
-                         'please give a positive int')
+    check_int('encoder_pe.learnable_grid', grid)
     return (absolute, parse_relative(encoder_pe.get('relative')),
             decoder_pos, grid)

@@ -14,6 +14,8 @@ from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from ...utils.arg_checks import check_int
+
 
 @MODELS.register_module()
 class LayerNorm2d(nn.Module):
@@ -99,9 +101,7 @@ class ViTSimpleFPN(BaseModule):
             in_channels = in_channels[0]
         for name, value in (('in_channels', in_channels), ('out_channels',
                                                            out_channels)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f'ViTSimpleFPN: `{name}` must be a positive '
-                                 f'int, got {value!r}')
+            check_int(name, value)
         scale_factors = tuple(float(f) for f in scale_factors)
         if (not scale_factors
                 or any(f not in self.SCALE_FACTORS for f in scale_factors)
@@ -116,10 +116,8 @@ class ViTSimpleFPN(BaseModule):
                     f'ViTSimpleFPN: scale factor {factor} needs `in_channels` '
                     f'divisible by {divisor}, got {in_channels}')
         num_outs = len(scale_factors) if num_outs is None else num_outs
-        if not isinstance(num_outs, int) or num_outs < len(scale_factors):
-            raise ValueError(
-                f'ViTSimpleFPN: `num_outs` must be an int >= '
-                f'len(scale_factors) = {len(scale_factors)}, got {num_outs!r}')
+        check_int('num_outs', num_outs, minimum=len(scale_factors),
+                  hint='at least len(scale_factors)')
         if extra_type not in self.EXTRA_TYPES:
             raise ValueError(f'ViTSimpleFPN: unsupported `extra_type` '
                              f'{extra_type!r}, please choose from '

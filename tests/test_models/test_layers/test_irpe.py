@@ -9,6 +9,7 @@ import torch
 from mmdet.registry import MODELS
 from mmpe.models.layers import iRPE
 from mmpe.models.layers.irpe.buckets import get_bucket_ids_2d
+from mmpe.models.layers.irpe.index import BucketSpec
 
 # float64 reference vs the module in float64: only summation order differs
 _F64_ATOL = 1e-10
@@ -268,7 +269,7 @@ def test_shapes_and_buckets():
 
     ids = rpe.bucket_ids(3, 4)
     assert ids.shape == (12, 12)
-    assert torch.equal(ids, get_bucket_ids_2d(3, 4, 'product', ratio=1.9))
+    assert torch.equal(ids, get_bucket_ids_2d(3, 4, BucketSpec('product')))
     ids = cross.bucket_ids(3, 4)
     assert ids.shape == (2, 13, 13)
     assert int(ids.max()) == cross.num_buckets - 1

@@ -9,7 +9,7 @@ import torch
 from mmpe.models.layers.irpe.buckets import (axis_bucket_tables,
                                              get_bucket_ids_2d,
                                              spatial_bucket_ids)
-from mmpe.models.layers.irpe.index import (METHODS, clip_index,
+from mmpe.models.layers.irpe.index import (METHODS, BucketSpec, clip_index,
                                            get_num_buckets, max_index,
                                            num_buckets_per_table,
                                            piecewise_index, ratio_to_abg,
@@ -56,7 +56,7 @@ def ref_bucket(method: str, index: str, ratio: float, k: Optional[int],
 def ref_bucket_ids(height: int, width: int, method: str, index: str,
                    ratio: float, k: Optional[int], skip: int) -> torch.Tensor:
     """Loop over every (query, key) token pair."""
-    per = num_buckets_per_table(method, index, ratio, k, skip)
+    per = num_buckets_per_table(BucketSpec(method, index, ratio, k), skip)
     length = skip + height * width
     rows, cols = [], []  # cross: row-axis and column-axis ids
     for i in range(length):
@@ -110,7 +110,7 @@ def test_piecewise_odd_monotone_bounded(ratio):
     assert int(y.min()) == -b and int(y.max()) == b
     exact = x.abs() <= alpha
     assert torch.equal(y[exact], x[exact])  # identity near zero
-    assert max_index('piecewise', ratio) == b
+    assert max_index(BucketSpec(index='piecewise', ratio=ratio)) == b
 
 
 def test_piecewise_paper_ratio_values():
@@ -125,7 +125,7 @@ def test_clip_equals_clamp(k):
     assert torch.equal(clip_index(x, k), x.clamp(-k, k))
     xf = torch.randn(200) * 10
     assert torch.equal(clip_index(xf, k), xf.round().long().clamp(-k, k))
-    assert max_index('clip', max_distance=k) == k
+    assert max_index(BucketSpec(index='clip', max_distance=k)) == k
 
 
 @pytest.mark.parametrize('ratio,product', [(1.9, 49), (2.0, 81), (2.5, 121),
@@ -133,15 +133,19 @@ def test_clip_equals_clamp(k):
 def test_num_buckets_like_authors(ratio, product):
     # the authors' table in DETR-with-iRPE: ratio -> product buckets
     side = int(math.isqrt(product))
-    assert get_num_buckets('product', ratio=ratio) == product
-    assert get_num_buckets('product', ratio=ratio, skip=1) == product + 1
+    product_spec = BucketSpec('product', ratio=ratio)
+    assert get_num_buckets(product_spec) == product
+    assert get_num_buckets(product_spec, skip=1) == product + 1
     for method in ('euclidean', 'quant'):
-        assert get_num_buckets(method, ratio=ratio) == side
-        assert get_num_buckets(method, ratio=ratio, skip=2) == side + 1
-    assert get_num_buckets('cross', ratio=ratio) == 2 * side
-    assert get_num_buckets('cross', ratio=ratio, skip=1) == 2 * (side + 1)
-    assert num_buckets_per_table('cross', ratio=ratio, skip=1) == side + 1
-    assert get_num_buckets('product', 'clip', max_distance=3) == 49
+        assert get_num_buckets(BucketSpec(method, ratio=ratio)) == side
+        assert get_num_buckets(BucketSpec(method, ratio=ratio),
+                               skip=2) == side + 1
+    cross = BucketSpec('cross', ratio=ratio)
+    assert get_num_buckets(cross) == 2 * side
+    assert get_num_buckets(cross, skip=1) == 2 * (side + 1)
+    assert num_buckets_per_table(cross, skip=1) == side + 1
+    assert get_num_buckets(BucketSpec('product', 'clip',
+                                      max_distance=3)) == 49
 
 
 @pytest.mark.parametrize('index,ratio,k', [('piecewise', 1.9, None),
@@ -149,7 +153,8 @@ def test_num_buckets_like_authors(ratio, product):
                                            ('clip', 1.9, 2)])
 @pytest.mark.parametrize('size', [1, 2, 9, 20])
 def test_relative_index_1d(index, ratio, k, size):
-    out = relative_index_1d(size, index, ratio, k)
+    out = relative_index_1d(size, BucketSpec(index=index, ratio=ratio,
+                                             max_distance=k))
     assert out.shape == (size, size) and out.dtype == torch.long
     for p in range(size):
         for q in range(size):
@@ -169,25 +174,26 @@ INDEXES = [('piecewise', 1.0, None), ('piecewise', 1.9, None),
 @pytest.mark.parametrize('grid', GRIDS)
 def test_bucket_ids_match_loops(method, index, ratio, k, skip, grid):
     height, width = grid
-    ids = get_bucket_ids_2d(height, width, method, index, ratio, k, skip)
+    spec = BucketSpec(method, index, ratio, k)
+    ids = get_bucket_ids_2d(height, width, spec, skip)
     expected = ref_bucket_ids(height, width, method, index, ratio, k, skip)
     assert ids.dtype == torch.long
     assert torch.equal(ids, expected)
-    num = get_num_buckets(method, index, ratio, k, skip)
+    num = get_num_buckets(spec, skip)
     assert int(ids.min()) >= 0 and int(ids.max()) < num
 
 
 @pytest.mark.parametrize('method', ['product', 'cross'])
 def test_bucket_ids_larger_than_gamma_paper_ratio(method):
     # ratio 1.9: gamma = 15.2, the grid exceeds it on both axes
-    ids = get_bucket_ids_2d(17, 18, method, ratio=1.9, skip=1)
+    ids = get_bucket_ids_2d(17, 18, BucketSpec(method, ratio=1.9), skip=1)
     expected = ref_bucket_ids(17, 18, method, 'piecewise', 1.9, None, 1)
     assert torch.equal(ids, expected)
 
 
 def test_bucket_ids_detr_grid():
     # 800 x 1333 at stride 32: every id of the full 25 x 42 grid
-    ids = get_bucket_ids_2d(25, 42, 'product', ratio=1.9)
+    ids = get_bucket_ids_2d(25, 42, BucketSpec('product', ratio=1.9))
     expected = ref_bucket_ids(25, 42, 'product', 'piecewise', 1.9, None, 0)
     assert torch.equal(ids, expected)
     assert set(ids.unique().tolist()) == set(range(49))  # all reachable
@@ -206,8 +212,8 @@ def test_block_ids_match_loops(method, rows, cols):
     """Any block of the (L0, L0) map from the per-axis tables, never the
     map: the loop reference's block (5 x 6 grid, ratio 1)."""
     height, width, ratio = 5, 6, 1.0
-    side = 2 * max_index('piecewise', ratio) + 1
-    tables = axis_bucket_tables(height, width, method, ratio=ratio)
+    side = 2 * max_index(BucketSpec(method, ratio=ratio)) + 1
+    tables = axis_bucket_tables(height, width, BucketSpec(method, ratio=ratio))
     got = spatial_bucket_ids(tables, height, width, method, side, rows, cols,
                              col_offset=side)
     # without skip tokens the reference offsets cross's column ids by
@@ -221,24 +227,33 @@ def test_block_ids_match_loops(method, rows, cols):
 
 def test_bucket_conventions():
     # query (0, 0), key (0, 1): dy = 0, dx = -1 -> (0 + 3) * 7 + (-1 + 3)
-    ids = get_bucket_ids_2d(2, 3, 'product', ratio=1.9)
+    ids = get_bucket_ids_2d(2, 3, BucketSpec('product', ratio=1.9))
     assert int(ids[0, 1]) == 23 and int(ids[1, 0]) == 25
     # query (1, 0), key (0, 0): dy = +1 is the major digit
     assert int(ids[3, 0]) == (1 + 3) * 7 + 3
     # directed methods mirror under a swap of query and key
     assert torch.equal(ids.t(), 48 - ids)
-    ids = get_bucket_ids_2d(3, 3, 'euclidean', ratio=1.9)
+    ids = get_bucket_ids_2d(3, 3, BucketSpec('euclidean', ratio=1.9))
     assert torch.equal(ids, ids.t()) and int(ids.min()) == 3
-    cross = get_bucket_ids_2d(2, 3, 'cross', ratio=1.9, skip=1)
+    cross = get_bucket_ids_2d(2, 3, BucketSpec('cross', ratio=1.9), skip=1)
     assert cross.shape == (2, 7, 7)
     assert int(cross[0, 0, 0]) == 7 and int(cross[1, 0, 0]) == 15
     assert int(cross[1, 1:, 1:].min()) == 8 + 3 - 2  # offset 8, dx >= -2
 
 
 def test_errors():
-    with pytest.raises(ValueError, match='hexagonal'):
-        get_num_buckets('hexagonal')
-    with pytest.raises(ValueError, match='bucket'):
-        relative_index_1d(3, index='bucket')
-    with pytest.raises(ValueError, match='hexagonal'):
-        get_bucket_ids_2d(2, 2, 'hexagonal')
+    with pytest.raises(ValueError, match=r"`method` 'hexagonal'.*'product'"):
+        BucketSpec('hexagonal')
+    with pytest.raises(ValueError, match=r"`index` 'bucket'.*'clip'"):
+        BucketSpec(index='bucket')
+
+
+def test_bucket_spec_is_a_frozen_hashable_value():
+    """The plan caches key on it: equal parameters, equal keys."""
+    a, b = BucketSpec('cross', 'clip', 1.9, 3), BucketSpec('cross', 'clip',
+                                                          1.9, 3)
+    assert a == b and hash(a) == hash(b) and len({a: 1, b: 2}) == 1
+    assert a != BucketSpec('cross', 'clip', 1.9, 4)
+    with pytest.raises(AttributeError):
+        a.ratio = 2.0
+    assert BucketSpec() == BucketSpec('product', 'piecewise', 1.9, None)

@@ -127,11 +127,10 @@ def _index_tables(rpe: iRPE, side: int,
     """:func:`~mmpe.models.layers.irpe.buckets.axis_bucket_tables` of ``rpe``
     on a ``side x side`` grid, as int32 (cached). Entries depend on cell
     offsets only, so they serve every grid up to that size."""
-    key = (rpe.method, rpe.index, rpe.ratio, rpe.max_distance, side, device)
+    key = (rpe.bucket_spec, side, device)
 
     def build() -> Dict[str, Tensor]:
-        tables = axis_bucket_tables(side, side, rpe.method, rpe.index,
-                                    rpe.ratio, rpe.max_distance, device)
+        tables = axis_bucket_tables(side, side, rpe.bucket_spec, device)
         return {name: t.int() for name, t in tables.items()}
 
     return _TABLE_CACHE.get(key, build)
@@ -158,9 +157,8 @@ def _term_fn(rpe: iRPE, lut: Tensor, grid: Dict[str, Tensor],
     """
     tabs = _index_tables(rpe, side, lut.device)
     width, last = grid['width'], grid['last']
-    side = 2 * max_index(rpe.index, rpe.ratio, rpe.max_distance) + 1
-    per = num_buckets_per_table(rpe.method, rpe.index, rpe.ratio,
-                                rpe.max_distance, rpe.skip)
+    side = 2 * max_index(rpe.bucket_spec) + 1
+    per = num_buckets_per_table(rpe.bucket_spec, rpe.skip)
     skip, method = rpe.skip, rpe.method
     contextual, shared = rpe.mode == 'contextual', rpe.shared_head
 

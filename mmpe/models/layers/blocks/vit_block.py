@@ -15,6 +15,7 @@ from mmcv.cnn.bricks.drop import DropPath
 from torch import Tensor
 
 from ..attention.core import PEAttention
+from ....utils.arg_checks import check_int
 from ..common.arg_checks import check_choice
 from ..windows.window import (WINDOW_PADDINGS, merge_windows, window_key_mask,
                               window_table, window_tokens)
@@ -150,10 +151,7 @@ class ViTBlock(nn.Module):
                  window_padding: str = 'masked',
                  **attn_kwargs) -> None:
         super().__init__()
-        if isinstance(window_size, bool) or not isinstance(
-                window_size, int) or window_size < 0:
-            raise ValueError(f'Unsupported `window_size` {window_size!r}, '
-                             'please choose an int >= 0 (0: global)')
+        check_int('window_size', window_size, minimum=0, hint='0: global')
         if window_size and attn_kwargs.get('skip'):
             raise ValueError(
                 f'`window_size` {window_size} with skip='

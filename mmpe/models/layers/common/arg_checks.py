@@ -1,7 +1,8 @@
 """Argument checks shared by mmpe's position-encoding layers.
 
 Every user-facing configuration error is a ``ValueError`` naming the field,
-the value and the valid choices.
+the value and the valid choices (integers: :func:`mmpe.utils.arg_checks.check_int`,
+the one integer check of the package).
 """
 import operator
 from typing import Tuple
@@ -19,13 +20,6 @@ def check_choice(name: str, value, choices: tuple) -> None:
     if value not in choices:
         raise ValueError(f'Unsupported `{name}` {value!r}, please choose from '
                          f'{choices}')
-
-
-def check_positive_int(name: str, value) -> None:
-    """Raise unless ``value`` is an int > 0 (bools refused)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f'Unsupported `{name}` {value!r}, please choose an int > 0')
 
 
 def check_grid(height: int, width: int) -> Tuple[int, int]:

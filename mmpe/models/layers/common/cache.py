@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Hashable, NamedTuple
 
+from ....utils.arg_checks import check_int
 from .tracing import is_tracing
 
 
@@ -37,10 +38,7 @@ class BoundedCache:
     """
 
     def __init__(self, max_size: int = 16) -> None:
-        if isinstance(max_size, bool) or not isinstance(max_size,
-                                                        int) or max_size <= 0:
-            raise ValueError(f'`cache_size` must be a positive int, got '
-                             f'{max_size!r}')
+        check_int('cache_size', max_size)
         self.max_size = max_size
         self._data: 'OrderedDict[Hashable, object]' = OrderedDict()
         self._lock = threading.Lock()

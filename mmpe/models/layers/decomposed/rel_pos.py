@@ -53,7 +53,8 @@ from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from ..common.arg_checks import check_choice, check_grid, check_positive_int
+from ....utils.arg_checks import check_int, is_int
+from ..common.arg_checks import check_choice, check_grid
 from ..irpe.plan_cache import get_offset_plan
 from ..irpe.plan_ops import Expand
 from ..irpe.terms import bucket_lookup, lookup_backward
@@ -195,7 +196,7 @@ class DecomposedRelPos(BaseModule):
                  init: str = 'zeros',
                  init_cfg: Optional[Union[dict, list]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        check_positive_int('head_dim', head_dim)
+        check_int('head_dim', head_dim)
         check_choice('init', init, self.INITS)
         self.input_size = parse_input_size(input_size)
         self.head_dim = head_dim
@@ -295,11 +296,10 @@ class DecomposedRelPos(BaseModule):
 def parse_input_size(input_size: Union[int, Sequence[int]]) -> Tuple[int, int]:
     """``input_size`` as a pair of ints > 0 (an int: square)."""
     pair = input_size
-    if isinstance(pair, int) and not isinstance(pair, bool):
+    if is_int(pair):
         pair = (pair, pair)
     if (not isinstance(pair, (list, tuple)) or len(pair) != 2
-            or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0
-                   for s in pair)):
+            or not all(is_int(s, 1) for s in pair)):
         raise ValueError(
             f'Unsupported `input_size` {input_size!r}, please choose an int '
             '> 0 or a pair of them (the grid the tables are made for)')

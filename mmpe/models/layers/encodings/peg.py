@@ -11,6 +11,8 @@ from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from ....utils.arg_checks import check_int, is_int
+
 
 @MODELS.register_module()
 class PEG(BaseModule):
@@ -48,17 +50,12 @@ class PEG(BaseModule):
                  stride: int = 1,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if not isinstance(embed_dims, int) or embed_dims <= 0:
-            raise ValueError(f'PEG: `embed_dims` must be a positive int, got '
-                             f'{embed_dims!r}')
-        if (not isinstance(kernel_size, int) or kernel_size <= 0
-                or kernel_size % 2 == 0):
+        check_int('embed_dims', embed_dims)
+        if not is_int(kernel_size, 1) or kernel_size % 2 == 0:
             raise ValueError(
                 f'PEG: `kernel_size` must be a positive odd int (1, 3, 5, '
                 f'...) so the padding is symmetric, got {kernel_size!r}')
-        if not isinstance(stride, int) or stride <= 0:
-            raise ValueError(f'PEG: `stride` must be a positive int, got '
-                             f'{stride!r}')
+        check_int('stride', stride)
         self.embed_dims = embed_dims
         self.kernel_size = kernel_size
         self.stride = stride

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ....utils.arg_checks import check_int, is_int
 from ..common.arg_checks import check_grid
 from .rope_coords import index_coords
 
@@ -87,14 +88,12 @@ class RoPEMixed(nn.Module):
                  theta: float = 10.,
                  rotate: bool = True) -> None:
         super().__init__()
-        if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 4:
+        if not is_int(head_dim, 1) or head_dim % 4:
             raise ValueError(
                 f"pos_encoding='rope-mixed' needs the head dim (embed_dims "
                 f'/ num_heads) to be a positive multiple of 4, got '
                 f'{head_dim!r}')
-        if not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(f'rope-mixed: `num_heads` must be a positive '
-                             f'int, got {num_heads!r}')
+        check_int('num_heads', num_heads)
         if not theta > 0:
             raise ValueError(f'rope-mixed: `theta` must be > 0, got {theta}')
         self.head_dim = head_dim

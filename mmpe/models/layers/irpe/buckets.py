@@ -31,7 +31,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .index import (METHODS, DeviceType, get_index_func, max_index,
+from .index import (BucketSpec, DeviceType, get_index_func, max_index,
                     num_buckets_per_table, relative_index_1d,
                     relative_offsets_1d)
 
@@ -41,19 +41,19 @@ def _abs_diff(size: int, device: DeviceType) -> Tensor:
     return relative_offsets_1d(size, device).abs()
 
 
-def _distance_index_2d(height: int, width: int, method: str, index: str,
-                       ratio: float, max_distance: Optional[int],
+def _distance_index_2d(height: int, width: int, spec: BucketSpec,
                        device: DeviceType) -> Tensor:
-    """Index of the undirected distance for ``|dy| < height, |dx| < width``.
+    """Index of the undirected distance for ``|dy| < height, |dx| < width``
+    (``spec.method`` euclidean or quant).
 
     Returns:
         Tensor: Long tensor (height, width), entry ``[|dy|, |dx|]``.
     """
-    func = get_index_func(index, ratio, max_distance)
+    func = get_index_func(spec)
     ady = torch.arange(height, device=device)[:, None]
     adx = torch.arange(width, device=device)[None, :]
     sq = ady * ady + adx * adx  # (height, width), exact integers
-    if method == 'euclidean':
+    if spec.method == 'euclidean':
         # float32 sqrt then round, as the authors' release
         return func(sq.to(torch.float32).sqrt().round())
     return func(sq)  # quant: the squared distance itself
@@ -87,10 +87,7 @@ def _pad_skip(ids: Tensor, skip: int, extra: int) -> Tensor:
 
 def axis_bucket_tables(height: int,
                        width: int,
-                       method: str = 'product',
-                       index: str = 'piecewise',
-                       ratio: float = 1.9,
-                       max_distance: Optional[int] = None,
+                       spec: BucketSpec = BucketSpec(),
                        device: DeviceType = None) -> Dict[str, Tensor]:
     """The small per-axis bucket tables every 2D id is made of.
 
@@ -102,10 +99,8 @@ def axis_bucket_tables(height: int,
     Args:
         height (int): Grid height.
         width (int): Grid width.
-        method (str): One of :data:`METHODS`.
-        index (str): 'piecewise' or 'clip'.
-        ratio (float): Ratio of the piecewise function.
-        max_distance (int, optional): ``k`` of the clip function.
+        spec (BucketSpec): Method, index function and parameter.
+            Defaults to ``BucketSpec()`` (product, piecewise, 1.9).
         device (str | torch.device, optional): Device of the result.
 
     Returns:
@@ -115,18 +110,11 @@ def axis_bucket_tables(height: int,
         euclidean / quant: ``dist`` (height, width) with entry
         ``[|dy|, |dx|]``, the bucket of the undirected distance.
     """
-    if method not in METHODS:
-        raise ValueError(f'Unsupported `method` {method!r}, please choose '
-                         f'from {METHODS}')
-    b = max_index(index, ratio, max_distance)
-    if method in ('euclidean', 'quant'):
-        return dict(dist=_distance_index_2d(height, width, method, index,
-                                            ratio, max_distance, device) + b)
-    return dict(
-        rows=relative_index_1d(height, index, ratio, max_distance, device) +
-        b,
-        cols=relative_index_1d(width, index, ratio, max_distance, device) +
-        b)
+    b = max_index(spec)
+    if spec.method in ('euclidean', 'quant'):
+        return dict(dist=_distance_index_2d(height, width, spec, device) + b)
+    return dict(rows=relative_index_1d(height, spec, device) + b,
+                cols=relative_index_1d(width, spec, device) + b)
 
 
 def _covering_rows(span: Optional[Tuple[int, int]], height: int,
@@ -167,7 +155,7 @@ def spatial_bucket_ids(tables: Dict[str, Tensor],
         tables (dict[str, Tensor]): :func:`axis_bucket_tables` of the grid.
         height (int): Grid height.
         width (int): Grid width.
-        method (str): One of :data:`METHODS`.
+        method (str): One of :data:`~mmpe.models.layers.irpe.index.METHODS`.
         side (int): Buckets per axis, ``2b + 1``.
         rows (tuple[int, int], optional): Query range; None: all.
         cols (tuple[int, int], optional): Key range; None: all.
@@ -218,10 +206,7 @@ def spatial_bucket_ids(tables: Dict[str, Tensor],
 
 def get_bucket_ids_2d(height: int,
                       width: int,
-                      method: str = 'product',
-                      index: str = 'piecewise',
-                      ratio: float = 1.9,
-                      max_distance: Optional[int] = None,
+                      spec: BucketSpec = BucketSpec(),
                       skip: int = 0,
                       device: DeviceType = None) -> Tensor:
     """Bucket id of every (query, key) token pair, Eq. 19-25 of the paper.
@@ -233,10 +218,8 @@ def get_bucket_ids_2d(height: int,
     Args:
         height (int): Grid height.
         width (int): Grid width.
-        method (str): One of :data:`METHODS`.
-        index (str): 'piecewise' or 'clip'.
-        ratio (float): Ratio of the piecewise function.
-        max_distance (int, optional): ``k`` of the clip function.
+        spec (BucketSpec): Method, index function and parameter.
+            Defaults to ``BucketSpec()`` (product, piecewise, 1.9).
         skip (int): Number of leading non-spatial tokens.
         device (str | torch.device, optional): Device of the result.
 
@@ -244,16 +227,15 @@ def get_bucket_ids_2d(height: int,
         Tensor: Long tensor (L, L) with ``L = skip + height * width``, entry
         ``[i, j]`` for query ``i`` and key ``j``; for cross (2, L, L), the
         row-axis ids in ``[0, n)`` and the column-axis ids in ``[n, 2n)``
-        with ``n = num_buckets_per_table(...)``, i.e. both index the stacked
-        table of :func:`get_num_buckets` rows.
+        with ``n = num_buckets_per_table(spec, skip)``, i.e. both index the
+        stacked table of :func:`get_num_buckets` rows.
     """
-    tables = axis_bucket_tables(height, width, method, index, ratio,
-                                max_distance, device)
-    side = 2 * max_index(index, ratio, max_distance) + 1
-    per_table = num_buckets_per_table(method, index, ratio, max_distance, skip)
-    ids = spatial_bucket_ids(tables, height, width, method, side,
+    tables = axis_bucket_tables(height, width, spec, device)
+    side = 2 * max_index(spec) + 1
+    per_table = num_buckets_per_table(spec, skip)
+    ids = spatial_bucket_ids(tables, height, width, spec.method, side,
                              col_offset=per_table)
-    if method != 'cross':
+    if spec.method != 'cross':
         return _pad_skip(ids, skip, per_table - 1)
     extra = torch.tensor([per_table - 1, 2 * per_table - 1], device=device)
     return _pad_skip(ids, skip, extra)

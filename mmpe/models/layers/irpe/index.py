@@ -12,10 +12,14 @@ checkpoints load into :class:`~mmpe.models.layers.iRPE`:
 * a table has ``(2b + 1) ** 2`` buckets (product) or ``2b + 1`` (the other
   methods; cross: per axis), plus one for the skip tokens when ``skip > 0``.
 
+The four parameters that make the buckets travel together as a
+:class:`BucketSpec` (hashable: the plan caches key on it).
+
 How the indices of the two axes make the bucket of a pair of grid tokens is
 :mod:`~mmpe.models.layers.irpe.buckets`.
 """
 import math
+from dataclasses import dataclass
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -25,6 +29,37 @@ DeviceType = Union[str, torch.device, None]
 
 METHODS = ('euclidean', 'quant', 'cross', 'product')
 INDEX_FUNCS = ('piecewise', 'clip')
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    """What makes the buckets of a relative position: the method that
+    combines the two axes and the 1-D index function with its parameter.
+
+    Frozen, so hashable (the plan caches key on it) and safe to share.
+
+    Args:
+        method (str): One of :data:`METHODS`. Defaults to 'product'.
+        index (str): 'piecewise' (Eq. 18) or 'clip'. Defaults to
+            'piecewise'.
+        ratio (float): Ratio of the piecewise function (see
+            :func:`ratio_to_abg`); not read by clip. Defaults to 1.9.
+        max_distance (int, optional): ``k`` of the clip function; not read
+            by piecewise. Defaults to None.
+    """
+
+    method: str = 'product'
+    index: str = 'piecewise'
+    ratio: float = 1.9
+    max_distance: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f'Unsupported `method` {self.method!r}, please '
+                             f'choose from {METHODS}')
+        if self.index not in INDEX_FUNCS:
+            raise ValueError(f'Unsupported `index` {self.index!r}, please '
+                             f'choose from {INDEX_FUNCS}')
 
 
 def ratio_to_abg(ratio: float) -> Tuple[float, float, float]:
@@ -91,115 +126,79 @@ def clip_index(x: Tensor, max_distance: int) -> Tensor:
     return x.long().clamp(-max_distance, max_distance)
 
 
-def max_index(index: str = 'piecewise',
-              ratio: float = 1.9,
-              max_distance: Optional[int] = None) -> int:
+def max_index(spec: BucketSpec) -> int:
     """Largest index magnitude ``b``: ``floor(2 * ratio)`` or ``max_distance``.
 
     Args:
-        index (str): 'piecewise' or 'clip'.
-        ratio (float): Ratio of the piecewise function (see
-            :func:`ratio_to_abg`). Ignored for clip.
-        max_distance (int, optional): ``k`` of the clip function.
+        spec (BucketSpec): Its index function and parameter.
 
     Returns:
         int: ``b``; indices lie in ``[-b, b]``.
     """
-    if index == 'piecewise':
-        return int(ratio_to_abg(ratio)[1])
-    if index == 'clip':
-        return int(max_distance)
-    raise ValueError(f'Unsupported `index` {index!r}, please choose from '
-                     f'{INDEX_FUNCS}')
+    if spec.index == 'piecewise':
+        return int(ratio_to_abg(spec.ratio)[1])
+    return int(spec.max_distance)
 
 
-def get_index_func(
-        index: str = 'piecewise',
-        ratio: float = 1.9,
-        max_distance: Optional[int] = None) -> Callable[[Tensor], Tensor]:
-    """The 1D index function ``g`` selected by ``index``.
+def get_index_func(spec: BucketSpec) -> Callable[[Tensor], Tensor]:
+    """The 1D index function ``g`` of ``spec`` (piecewise, Eq. 18, or clip).
 
     Args:
-        index (str): 'piecewise' (Eq. 18) or 'clip'.
-        ratio (float): Ratio of the piecewise function.
-        max_distance (int, optional): ``k`` of the clip function.
+        spec (BucketSpec): Its index function and parameter.
 
     Returns:
         Callable[[Tensor], Tensor]: Maps relative distances to long indices.
     """
-    if index == 'piecewise':
-        alpha, beta, gamma = ratio_to_abg(ratio)
+    if spec.index == 'piecewise':
+        alpha, beta, gamma = ratio_to_abg(spec.ratio)
         return lambda x: piecewise_index(x, alpha, beta, gamma)
-    if index == 'clip':
-        return lambda x: clip_index(x, max_distance)
-    raise ValueError(f'Unsupported `index` {index!r}, please choose from '
-                     f'{INDEX_FUNCS}')
+    return lambda x: clip_index(x, spec.max_distance)
 
 
-def num_buckets_per_table(method: str,
-                          index: str = 'piecewise',
-                          ratio: float = 1.9,
-                          max_distance: Optional[int] = None,
-                          skip: int = 0) -> int:
+def num_buckets_per_table(spec: BucketSpec, skip: int = 0) -> int:
     """Number of buckets of one encoding table (cross: of one axis).
 
     Equals the authors' ``get_num_buckets`` plus one when ``skip > 0``.
 
     Args:
-        method (str): One of :data:`METHODS`.
-        index (str): 'piecewise' or 'clip'.
-        ratio (float): Ratio of the piecewise function.
-        max_distance (int, optional): ``k`` of the clip function.
+        spec (BucketSpec): Method, index function and parameter.
         skip (int): Number of leading non-spatial tokens.
 
     Returns:
         int: ``(2b + 1) ** 2`` for product, ``2b + 1`` otherwise, ``+1`` if
         ``skip > 0``.
     """
-    if method not in METHODS:
-        raise ValueError(f'Unsupported `method` {method!r}, please choose '
-                         f'from {METHODS}')
-    side = 2 * max_index(index, ratio, max_distance) + 1
-    n = side * side if method == 'product' else side
+    side = 2 * max_index(spec) + 1
+    n = side * side if spec.method == 'product' else side
     return n + int(skip > 0)
 
 
-def get_num_buckets(method: str,
-                    index: str = 'piecewise',
-                    ratio: float = 1.9,
-                    max_distance: Optional[int] = None,
-                    skip: int = 0) -> int:
+def get_num_buckets(spec: BucketSpec, skip: int = 0) -> int:
     """Total number of buckets, i.e. rows of :attr:`iRPE.table`.
 
     Cross stacks the row-axis table and then the column-axis table, so its
     count is twice :func:`num_buckets_per_table`.
 
     Args:
-        method (str): One of :data:`METHODS`.
-        index (str): 'piecewise' or 'clip'.
-        ratio (float): Ratio of the piecewise function.
-        max_distance (int, optional): ``k`` of the clip function.
+        spec (BucketSpec): Method, index function and parameter.
         skip (int): Number of leading non-spatial tokens.
 
     Returns:
         int: The number of buckets.
     """
-    n = num_buckets_per_table(method, index, ratio, max_distance, skip)
-    return 2 * n if method == 'cross' else n
+    n = num_buckets_per_table(spec, skip)
+    return 2 * n if spec.method == 'cross' else n
 
 
 def relative_index_1d(size: int,
-                      index: str = 'piecewise',
-                      ratio: float = 1.9,
-                      max_distance: Optional[int] = None,
+                      spec: BucketSpec,
                       device: DeviceType = None) -> Tensor:
     """Index of the relative distance along one axis.
 
     Args:
         size (int): Length of the axis (grid height or width).
-        index (str): 'piecewise' or 'clip'.
-        ratio (float): Ratio of the piecewise function.
-        max_distance (int, optional): ``k`` of the clip function.
+        spec (BucketSpec): Its index function and parameter (the method is
+            not read).
         device (str | torch.device, optional): Device of the result.
 
     Returns:
@@ -207,7 +206,7 @@ def relative_index_1d(size: int,
         ``g(p - q)`` in ``[-b, b]``, ``p`` the query and ``q`` the key
         coordinate.
     """
-    func = get_index_func(index, ratio, max_distance)
+    func = get_index_func(spec)
     # g depends on p - q only: evaluate it on the 2 * size - 1 distances
     dist = torch.arange(-(size - 1), size, device=device)
     table = func(dist)

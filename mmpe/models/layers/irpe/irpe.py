@@ -16,11 +16,12 @@ from mmdet.registry import MODELS
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from ..common.arg_checks import check_choice, check_grid, check_positive_int
+from ....utils.arg_checks import check_int
+from ..common.arg_checks import check_choice, check_grid
 from ..common.cache import CacheInfo
 from .buckets import get_bucket_ids_2d
-from .index import (INDEX_FUNCS, METHODS, get_num_buckets, max_index,
-                    num_buckets_per_table)
+from .index import (INDEX_FUNCS, METHODS, BucketSpec, get_num_buckets,
+                    max_index, num_buckets_per_table)
 from .plan_cache import PLAN_CACHE
 from .terms import IRPETerm, bucket_lookup
 
@@ -81,6 +82,9 @@ class iRPE(BaseModule):
             Defaults to None.
 
     Attributes:
+        bucket_spec (BucketSpec): ``method``, ``index``, ``ratio`` (as a
+            float) and ``max_distance`` (also readable as attributes of
+            those names).
         num_buckets (int): Rows of :attr:`table`; cross stacks the row-axis
             buckets then the column-axis buckets (each with its own skip
             bucket).
@@ -113,8 +117,8 @@ class iRPE(BaseModule):
                  init: str = 'zeros',
                  init_cfg: Optional[Union[dict, list]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        check_positive_int('head_dim', head_dim)
-        check_positive_int('num_heads', num_heads)
+        check_int('head_dim', head_dim)
+        check_int('num_heads', num_heads)
         check_choice('mode', mode, self.MODES)
         check_choice('method', method, self.METHODS)
         check_choice('on', on, self.ONS)
@@ -130,11 +134,7 @@ class iRPE(BaseModule):
             raise ValueError(f'Unsupported `ratio` {ratio!r}, please choose '
                              'a finite number > 0 (e.g. 1.9 or 2.0)')
         if index == 'clip':
-            if (isinstance(max_distance, bool)
-                    or not isinstance(max_distance, int) or max_distance <= 0):
-                raise ValueError(
-                    f'Unsupported `max_distance` {max_distance!r} with '
-                    "`index` 'clip', please choose an int > 0")
+            check_int('max_distance', max_distance, hint="`index` 'clip'")
         elif max_distance is not None:
             raise ValueError(
                 f'Unsupported `max_distance` {max_distance!r} with `index` '
@@ -143,28 +143,22 @@ class iRPE(BaseModule):
         if not isinstance(shared_head, bool):
             raise ValueError(f'Unsupported `shared_head` {shared_head!r}, '
                              'please choose from (True, False)')
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-            raise ValueError(
-                f'Unsupported `skip` {skip!r}, please choose an int >= 0')
+        check_int('skip', skip, minimum=0)
 
         self.head_dim = head_dim
         self.num_heads = num_heads
         self.mode = mode
-        self.method = method
         self.on = on
-        self.index = index
-        self.ratio = float(ratio)
-        self.max_distance = max_distance
+        self.bucket_spec = BucketSpec(method, index, float(ratio),
+                                      max_distance)
         self.shared_head = shared_head
         self.skip = skip
         self.init = init
-        self.num_buckets = get_num_buckets(method, index, self.ratio,
-                                           max_distance, skip)
+        self.num_buckets = get_num_buckets(self.bucket_spec, skip)
         # sizes derived from `ratio`, fixed here as ints: a traced forward
         # (torch.compile with dynamic=True) sees module floats as symbols
-        self._side = 2 * max_index(index, self.ratio, max_distance) + 1
-        per = num_buckets_per_table(method, index, self.ratio, max_distance,
-                                    skip)
+        self._side = 2 * max_index(self.bucket_spec) + 1
+        per = num_buckets_per_table(self.bucket_spec, skip)
         spatial = per - int(skip > 0)
         self._slices = ((slice(0, spatial), slice(per, per + spatial))
                         if method == 'cross' else (slice(0, spatial), ))
@@ -179,13 +173,30 @@ class iRPE(BaseModule):
         # the term's configuration, fixed here (a traced forward cannot
         # serialise it)
         self._term_spec = dict(
-            mode=mode, method=method, on=on, index=index, ratio=self.ratio,
+            mode=mode, method=method, on=on, index=index, ratio=float(ratio),
             max_distance=max_distance, skip=skip, shared_head=shared_head,
             side=self._side, num_heads=num_heads,
             num_buckets=self.num_buckets,
             slices=[[s.start, s.stop] for s in self._slices],
             extras=list(self._extras))
         self._term_spec_json = json.dumps(self._term_spec, sort_keys=True)
+
+    # the bucket parameters, as given (one copy: :attr:`bucket_spec`)
+    @property
+    def method(self) -> str:
+        return self.bucket_spec.method
+
+    @property
+    def index(self) -> str:
+        return self.bucket_spec.index
+
+    @property
+    def ratio(self) -> float:
+        return self.bucket_spec.ratio
+
+    @property
+    def max_distance(self) -> Optional[int]:
+        return self.bucket_spec.max_distance
 
     # ------------------------------------------------------------------
     # initialisation
@@ -245,8 +256,7 @@ class iRPE(BaseModule):
         """
         height, width = check_grid(height, width)
         device = self.table.device if device is None else device
-        return get_bucket_ids_2d(height, width, self.method, self.index,
-                                 self.ratio, self.max_distance, self.skip,
+        return get_bucket_ids_2d(height, width, self.bucket_spec, self.skip,
                                  device)
 
     # ------------------------------------------------------------------

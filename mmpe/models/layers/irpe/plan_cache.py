@@ -10,24 +10,22 @@ import torch
 
 from ..common.cache import BoundedCache
 from .buckets import axis_bucket_tables
-from .index import max_index, relative_offsets_1d
+from .index import BucketSpec, max_index, relative_offsets_1d
 from .plans import CrossPlan, GatherPlan, Plan, ProductPlan
 
-#: Plans of every iRPE module of the process, keyed by (method, index,
-#: ratio, max_distance, height, width, device): the 6 encoder layers of a
-#: DETR build a grid's plan once. Bounded: a detector sees many grids.
+#: Plans of every iRPE module of the process, keyed by (BucketSpec, height,
+#: width, device): the 6 encoder layers of a DETR build a grid's plan once.
+#: Bounded: a detector sees many grids.
 PLAN_CACHE = BoundedCache(32)
 
 
-def get_plan(method: str,
-             index: str,
-             ratio: float,
-             max_distance: Optional[int],
+def get_plan(spec: BucketSpec,
              height: int,
              width: int,
              device: torch.device,
              side: Optional[int] = None) -> Plan:
-    """The cached plan of a grid (spatial tokens only, no skip tokens).
+    """The cached plan of a grid (spatial tokens only, no skip tokens) for
+    the buckets of ``spec``.
 
     ``side`` (``2b + 1``, the buckets per axis) may be given as a Python
     int: :class:`~mmpe.models.layers.iRPE` passes the one it computed at
@@ -35,10 +33,9 @@ def get_plan(method: str,
     float ``ratio`` is traced as a symbolic value, and sizes derived from it
     would become symbolic too.
     """
-    key = (method, index, ratio, max_distance, height, width, device)
-    return PLAN_CACHE.get(
-        key, lambda: _build_plan(method, index, ratio, max_distance, height,
-                                 width, device, side))
+    return PLAN_CACHE.get((spec, height, width, device),
+                          lambda: _build_plan(spec, height, width, device,
+                                              side))
 
 
 def get_offset_plan(height: int, width: int,
@@ -60,19 +57,15 @@ def get_offset_plan(height: int, width: int,
     return PLAN_CACHE.get(('offsets', height, width, device), build)
 
 
-def _build_plan(method: str,
-                index: str,
-                ratio: float,
-                max_distance: Optional[int],
+def _build_plan(spec: BucketSpec,
                 height: int,
                 width: int,
                 device: torch.device,
                 side: Optional[int] = None) -> Plan:
     if side is None:
-        side = 2 * max_index(index, ratio, max_distance) + 1
-    tables = axis_bucket_tables(height, width, method, index, ratio,
-                                max_distance, device)
-    if method in ('product', 'cross'):
-        cls = ProductPlan if method == 'product' else CrossPlan
+        side = 2 * max_index(spec) + 1
+    tables = axis_bucket_tables(height, width, spec, device)
+    if spec.method in ('product', 'cross'):
+        cls = ProductPlan if spec.method == 'product' else CrossPlan
         return cls(tables['rows'], tables['cols'], side)
-    return GatherPlan(None, side, (tables, height, width, method, side))
+    return GatherPlan(None, side, (tables, height, width, spec.method, side))

@@ -23,6 +23,7 @@ from torch import Tensor
 from ..common.tracing import is_tracing
 from ..terms.registry import register_term
 from ..terms.relative_term import AxisValues, RelativeTerm, Rows
+from .index import BucketSpec
 from .plan_cache import get_plan
 from .plan_ops import Expand, ExpandAdd, Reduce
 from .plans import CrossPlan, ProductPlan
@@ -125,9 +126,9 @@ class IRPETerm(RelativeTerm):
         it."""
         if self._plan is None:
             spec = self._spec
-            self._plan = get_plan(spec['method'], spec['index'],
-                                  spec['ratio'], spec['max_distance'],
-                                  self.height, self.width,
+            buckets = BucketSpec(spec['method'], spec['index'], spec['ratio'],
+                                 spec['max_distance'])
+            self._plan = get_plan(buckets, self.height, self.width,
                                   self.tensors[0].device, spec['side'])
         return self._plan
 
