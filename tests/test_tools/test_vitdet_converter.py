@@ -253,3 +253,72 @@ def test_pkl_with_code_is_refused(tmp_path):
         pickle.dump({'model': {'x': np.zeros(2)}, 'hook': print}, f)
     with pytest.raises(pickle.UnpicklingError, match='builtins.print'):
         cli.load_d2_state_dict(path)
+
+
+def _equal_grid_checkpoint():
+    """Window blocks 0 and 2 of 4 x 4 and a global block 1 whose grid is
+    also 4 x 4: every block's tables have 7 rows."""
+    return _small_checkpoint(img_grid=SMALL['window_size'])
+
+
+def test_layout_of_equal_tables_is_refused_unless_given():
+    sd = _equal_grid_checkpoint()
+    with pytest.raises(ValueError, match=r'every block has tables of 7 rows '
+                       r'\(4 x 4\).*give window_size=0 \(--window-size 0.*'
+                       r'or global_blocks \(--global-blocks'):
+        infer_vitdet_config(sd)
+    with pytest.raises(ValueError, match='every block has tables of 7 rows'):
+        infer_vitdet_config(sd, window_size=4)  # which blocks are global?
+    cfg = infer_vitdet_config(sd, global_blocks=(1, ))['backbone']
+    assert (cfg['window_size'], cfg['global_blocks']) == (4, (1, ))
+    assert cfg['rel_pos_cfg'] == dict(input_size=(4, 4))
+    cfg = infer_vitdet_config(sd, window_size=0)['backbone']
+    assert (cfg['window_size'], cfg['global_blocks']) == (0, (0, 1, 2))
+    # tables of two sizes tell the layout, as before
+    cfg = infer_vitdet_config(_small_checkpoint())['backbone']
+    assert (cfg['window_size'], cfg['global_blocks']) == (4, (1, ))
+    # no tables: the layout must be given
+    no_rel = {k: v for k, v in sd.items() if 'rel_pos' not in k}
+    with pytest.raises(ValueError, match=r'no relative tables to read the '
+                       r'window layout from.*give window_size'):
+        infer_vitdet_config(no_rel, num_heads=2)
+    with pytest.raises(ValueError, match='global_blocks=None'):
+        infer_vitdet_config(no_rel, num_heads=2, window_size=4)
+    cfg = infer_vitdet_config(no_rel, num_heads=2, window_size=0)['backbone']
+    assert (cfg['window_size'], cfg['global_blocks']) == (0, (0, 1, 2))
+
+
+def test_given_layout_computes_detectron2s_features():
+    """The layout given for tables of one size: windows of 4 x 4 in blocks
+    0 and 2 on a 10 x 14 grid, as detectron2 computes them."""
+    sd = _equal_grid_checkpoint()
+    config = infer_vitdet_config(sd, global_blocks=(1, ))
+    out, config, _ = vitdet_d2_to_mmpe(sd, config)
+    backbone, neck = _build(config, out)
+    x = torch.randn(1, 3, 80, 112, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        levels = neck(backbone(x))
+        feat = vit_forward(sd, x, SMALL['num_heads'], SMALL['window_size'],
+                           SMALL['window_blocks'])
+        want = simfp_forward(sd, feat, SMALL['patch'])
+    for got, ref in zip(levels, want):
+        torch.testing.assert_close(got, ref, atol=_F64_ATOL, rtol=0)
+
+
+def test_cli_takes_the_layout(tmp_path, monkeypatch, capsys):
+    sd = _equal_grid_checkpoint()
+    src, dst = str(tmp_path / 'model.pth'), str(tmp_path / 'out.pth')
+    torch.save({'model': sd}, src)
+    monkeypatch.setattr('sys.argv', ['vitdet_d2_to_mmpe.py', src, dst])
+    with pytest.raises(ValueError, match='--window-size 0'):
+        cli.main()
+    monkeypatch.setattr('sys.argv', [
+        'vitdet_d2_to_mmpe.py', src, dst, '--window-size', '4',
+        '--global-blocks', '1'
+    ])
+    cli.main()
+    assert "'window_size': 4" in capsys.readouterr().out
+    backbone = torch.load(dst, weights_only=True)['meta']['config'][
+        'backbone']
+    assert (backbone['window_size'], backbone['global_blocks']) == (4, (1, ))

@@ -80,13 +80,26 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         '--num-heads', type=int, default=None,
         help='attention heads (read from the relative tables when present)')
+    parser.add_argument(
+        '--window-size', type=int, default=None,
+        help='window size S of the window blocks, 0 for global attention '
+        'in every block (read from the relative tables where their sizes '
+        'tell it; required where every block has tables of one size)')
+    parser.add_argument(
+        '--global-blocks', type=int, nargs='*', default=None,
+        help='indices of the blocks of global attention, e.g. 2 5 8 11 '
+        "(ViT-B); read from the relative tables where their sizes tell it")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
     state_dict = load_d2_state_dict(args.src)
-    config = infer_vitdet_config(state_dict, num_heads=args.num_heads)
+    config = infer_vitdet_config(
+        state_dict,
+        num_heads=args.num_heads,
+        window_size=args.window_size,
+        global_blocks=args.global_blocks)
     converted, config, report = vitdet_d2_to_mmpe(state_dict, config)
     if osp.dirname(args.dst):
         os.makedirs(osp.dirname(args.dst), exist_ok=True)

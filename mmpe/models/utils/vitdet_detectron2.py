@@ -90,9 +90,25 @@ def infer_vitdet_config(state_dict: Dict[str, Tensor],
     (``C / heads``), the absolute table's grid from ``pos_embed``; the
     window blocks are those whose tables have fewer rows than the largest
     (``2 S - 1`` against ``2 * 64 - 1``), the global blocks' grid
-    (``rel_pos_cfg.input_size``) is the largest table's. Without relative
-    tables ``num_heads`` must be given, and the layout is ViTDet's
-    (window 14, :data:`VITDET_GLOBAL_BLOCKS`) unless given.
+    (``rel_pos_cfg.input_size``) is the largest table's.
+
+    The window layout is read from the tables only where they tell it:
+    where every block's tables have one size (a window as large as the
+    global grid reads as no window) it must be given (``window_size=0``
+    for global attention everywhere, or ``global_blocks``, the window size
+    then being the other blocks' grid, or both); without relative tables
+    ``num_heads``, ``window_size`` and ``global_blocks`` (unless
+    ``window_size=0``) must be given. Otherwise a ``ValueError`` says what
+    is missing.
+
+    Args:
+        state_dict (dict[str, Tensor]): detectron2's ``model`` weights.
+        num_heads (int, optional): Attention heads; read from the relative
+            tables when they exist (a different value is refused).
+        window_size (int, optional): ``S`` of the window blocks (0: no
+            windows). Defaults to None: read from the tables.
+        global_blocks (sequence[int], optional): Blocks of global
+            attention. Defaults to None: read from the tables.
 
     Returns:
         dict: ``backbone`` (CPVT arguments, ``type`` included) and ``neck``
@@ -131,24 +147,23 @@ def infer_vitdet_config(state_dict: Dict[str, Tensor],
                              'attn.rel_pos_h / rel_pos_w')
         rows = [(h.shape[0], w.shape[0]) for h, w in rel]
         big = max(rows)
-        if window_size is None:
-            small = {r for r in rows if r != big}
-            if len(small) > 1 or any(a != b for a, b in small):
-                raise ValueError(f'vitdet_d2_to_mmpe: window blocks with '
-                                 f'tables of several sizes {sorted(small)}')
-            window_size = _grid_of(small.pop()[0], 'rel_pos_h') \
-                if small else 0
-        if global_blocks is None:
-            global_blocks = tuple(i for i, r in enumerate(rows) if r == big)
+        window_size, global_blocks = _layout_from_tables(
+            rows, window_size, global_blocks)
         input_size = (_grid_of(big[0], 'rel_pos_h'),
                       _grid_of(big[1], 'rel_pos_w'))
     elif num_heads is None:
         raise ValueError('vitdet_d2_to_mmpe: no relative tables to read the '
                          'heads from; give num_heads')
-    if window_size is None:
-        window_size = 14
-    if global_blocks is None:
-        global_blocks = VITDET_GLOBAL_BLOCKS.get(depth, ())
+    elif window_size is None or (window_size and global_blocks is None):
+        raise ValueError(
+            'vitdet_d2_to_mmpe: no relative tables to read the window layout '
+            f'from (window_size={window_size}, global_blocks='
+            f'{global_blocks}); give window_size (0: global attention in '
+            'every block) and global_blocks (ViTDet: window_size=14, '
+            f'global_blocks={VITDET_GLOBAL_BLOCKS.get(depth, "?")} for '
+            f'depth {depth})')
+    if global_blocks is None:  # window_size 0: every block global
+        global_blocks = tuple(blocks)
     encodings: List[str] = []
     backbone = dict(
         type='CPVT',
@@ -169,6 +184,39 @@ def infer_vitdet_config(state_dict: Dict[str, Tensor],
         backbone['rel_pos_cfg'] = dict(input_size=input_size)
     backbone['pos_encoding'] = tuple(encodings) or 'none'
     return dict(backbone=backbone, neck=_neck_config(state_dict, dims, ph))
+
+
+def _layout_from_tables(rows: List[Tuple[int, int]],
+                        window_size: Optional[int],
+                        global_blocks: Optional[Sequence[int]]
+                        ) -> Tuple[int, Tuple[int, ...]]:
+    """``window_size`` and ``global_blocks`` from the blocks' table rows
+    ``(2 h - 1, 2 w - 1)`` where not given: global blocks have the largest
+    tables, window blocks the others (of one size, ``2 S - 1``).
+
+    Where all tables have one size the layout is ambiguous (no windows, or
+    windows of the global grid's size): refused unless ``window_size=0``
+    or ``global_blocks`` is given.
+    """
+    big = max(rows)
+    if global_blocks is None and len(set(rows)) == 1 and window_size != 0:
+        grid = _grid_of(big[0], 'rel_pos_h')
+        raise ValueError(
+            f'vitdet_d2_to_mmpe: every block has tables of {big[0]} rows '
+            f'({grid} x {grid}), so the weights do not tell global blocks '
+            f'from windows of {grid} (window_size={window_size}); give '
+            'window_size=0 (--window-size 0: global attention in every '
+            'block) or global_blocks (--global-blocks, the others then '
+            f'windows of {grid})')
+    if global_blocks is None:
+        global_blocks = tuple(i for i, r in enumerate(rows) if r == big)
+    if window_size is None:
+        small = {r for i, r in enumerate(rows) if i not in global_blocks}
+        if len(small) > 1 or any(a != b for a, b in small):
+            raise ValueError(f'vitdet_d2_to_mmpe: window blocks with '
+                             f'tables of several sizes {sorted(small)}')
+        window_size = _grid_of(small.pop()[0], 'rel_pos_h') if small else 0
+    return window_size, tuple(global_blocks)
 
 
 def _table_side(table: Tensor) -> int:
