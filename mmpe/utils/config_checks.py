@@ -109,17 +109,17 @@ def fix_worker_settings(cfg: Config) -> None:
 
 def neck_num_outs(neck: Optional[dict]) -> Optional[int]:
     """Number of maps a neck config gives: ``num_outs`` where set, else
-    ``len(scale_factors)`` (ViTSimpleFPN) or ``len(in_channels)``
-    (ChannelMapper, FPN); None without a neck or when it cannot be told."""
+    ``len(scale_factors)`` (ViTSimpleFPN, whose default has 4) or
+    ``len(in_channels)`` (ChannelMapper, FPN); None without a neck or when
+    it cannot be told."""
     if not neck:
         return None
     if neck.get('num_outs') is not None:
         return neck['num_outs']
-    for key in ('scale_factors', 'in_channels'):
-        value = neck.get(key)
-        if isinstance(value, (list, tuple)):
-            return len(value)
-    return None
+    if neck.get('type') == 'ViTSimpleFPN':
+        return len(neck.get('scale_factors', (4.0, 2.0, 1.0, 0.5)))
+    value = neck.get('in_channels')
+    return len(value) if isinstance(value, (list, tuple)) else None
 
 
 def check_feature_levels(detector: str, neck: Optional[dict],

@@ -24,6 +24,7 @@ from mmdet.models.detectors import DINO
 from mmdet.registry import MODELS
 from mmdet.structures import DetDataSample
 from mmdet.testing import demo_mm_inputs
+from mmpe.utils.config_checks import neck_num_outs
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 COCO = sorted(
@@ -278,6 +279,28 @@ def test_bad_combinations_are_refused_when_built():
     message = _bad(cfg, **{'model.backbone.use_cls_token': True})
     assert '`use_cls_token=True`' in message
     assert '`window_size=14`' in message
+
+
+@pytest.mark.parametrize('neck', [
+    dict(type='ViTSimpleFPN', in_channels=[32], out_channels=8),
+    dict(type='ViTSimpleFPN', in_channels=32, out_channels=8,
+         scale_factors=(2.0, 1.0)),
+    dict(type='ViTSimpleFPN', in_channels=32, out_channels=8,
+         scale_factors=(2.0, 1.0, 0.5), num_outs=4),
+    dict(type='ChannelMapper', in_channels=[8, 16, 32], out_channels=8),
+    dict(type='ChannelMapper', in_channels=[8, 16, 32], out_channels=8,
+         num_outs=4),
+])
+def test_neck_level_count_is_what_the_built_neck_gives(neck):
+    """The count the build-time check reads from a neck config is the
+    number of maps the built neck returns."""
+    module = MODELS.build(copy.deepcopy(neck))
+    channels = neck['in_channels']
+    channels = channels if isinstance(channels, list) else [channels]
+    feats = [torch.randn(1, c, 16 // 2**i, 16 // 2**i)
+             for i, c in enumerate(channels)]
+    with torch.no_grad():
+        assert neck_num_outs(neck) == len(module(feats))
 
 
 def _quickstart_batch(num_classes):
