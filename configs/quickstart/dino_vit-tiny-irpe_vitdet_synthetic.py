@@ -10,8 +10,9 @@
 #
 # Backbone: 128 dims, 4 blocks, 4 heads, 16 x 16 patches; contextual product
 # iRPE on keys in every block (tables from zero, as the COCO config);
-# attention inside 4 x 4 windows (the embedded images are 8-16 patches a
-# side) in blocks 0 and 2, global in 1 and 3 (ViTDet: 2, 5, 8, 11 of 12).
+# attention inside 4 x 4 windows (the images, resized to fit 128 x 128, are
+# up to 8 patches a side) in blocks 0 and 2, global in 1 and 3 (ViTDet: 2,
+# 5, 8, 11 of 12).
 # Pyramid: the COCO configs' (strides 8, 16, 32, 64, 256 channels).
 # Transformer: 256 dims, 2 encoder + 3 decoder layers (6 + 6 on COCO), 30
 # queries and 20 denoising queries (900 and 100: at most 4 objects an image
@@ -127,6 +128,30 @@ model = dict(
                 dict(type='IoUCost', iou_mode='giou', weight=2.0)
             ])),
     test_cfg=dict(max_per_img=num_queries))
+
+# Images resized to fit 128 x 128, as the quick-start DETRs: grids of up to
+# 8 x 8 tokens in the backbone (2 x 2 windows) and 16 x 16 at stride 8, so
+# that the 4-level encoder trains in minutes on a CPU.
+img_scale = (128, 128)
+train_pipeline = [
+    dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='Resize', scale=img_scale, keep_ratio=True),
+    dict(type='PackDetInputs')
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
+    dict(type='Resize', scale=img_scale, keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(
+        type='PackDetInputs',
+        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                   'scale_factor'))
+]
+train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
+val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
+test_dataloader = val_dataloader
 
 optim_wrapper = dict(
     type='OptimWrapper',
