@@ -9,7 +9,12 @@ inside functions, become the edges of a graph. The checks:
   same list): a module imports only modules of its own package (its entry of
   a floor) or of lower floors, never a sibling package of its floor;
 * no source file of the package (``*.py``, ``*.cpp``, ``*.h``) has more than
-  :data:`MAX_LINES` lines.
+  :data:`MAX_LINES` lines;
+* the tools (``tools/``) keep the same size rule, and neither a tool nor a
+  test changes the import path (``sys.path``): the tools import the
+  installed mmpe and the modules beside them (a script's own folder is on
+  its path), the tests their helpers from ``tests/`` (the folder of
+  ``tests/conftest.py``) and the tools' folders through pytest.ini.
 
 Each check runs per part of the package (:data:`PARTS`), so that a failure
 names the part it is in; the messages list the offending edges.
@@ -52,6 +57,14 @@ EXTENSIONS = ('mmpe._ext', )
 #: The most lines a source file of the package may have.
 MAX_LINES = 450
 SOURCE_SUFFIXES = ('.py', '.cpp', '.h')
+#: Folders outside the package: the tools (size rule, import path) and the
+#: tests (import path).
+TOOLS = osp.join(ROOT, 'tools')
+TESTS = osp.join(ROOT, 'tests')
+#: Calls that change a process's import path.
+PATH_CHANGES = ('sys.path.insert', 'sys.path.append', 'sys.path.extend',
+                'sys.path.remove', 'sys.path.pop', 'sys.path.clear',
+                'sys.path.__setitem__', 'site.addsitedir')
 #: The parts each check reports separately (longest prefix wins).
 PARTS = ('mmpe.models.layers', 'mmpe.models', 'mmpe.datasets', 'mmpe.engine',
          'mmpe.seg', 'mmpe.deployment', 'mmpe.utils', 'mmpe.csrc', 'mmpe')
@@ -316,3 +329,91 @@ def test_floors_know_the_layers_order():
     assert describe(('mmpe.models.layers.common.cache',
                      'mmpe.models.layers.irpe.plans')).startswith(
                          'mmpe.models.layers.common.cache -> ')
+
+
+def python_files(top: str) -> List[str]:
+    return sorted(
+        osp.join(folder, name) for folder, _, files in os.walk(top)
+        for name in files if name.endswith('.py'))
+
+
+def _dotted(node: ast.AST, aliases: Dict[str, str]) -> str:
+    """``a.b.c`` of a name / attribute chain, its first name resolved
+    through the module's import aliases (``import sys as s``); '' for
+    anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ''
+    parts.append(aliases.get(node.id, node.id))
+    return '.'.join(reversed(parts))
+
+
+def import_path_changes(path: str) -> List[str]:
+    """Where a file changes ``sys.path``: calls of :data:`PATH_CHANGES`,
+    assignments to ``sys.path`` or an item or slice of it, and
+    ``from sys import path`` (a name that would hide such calls)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname})
+    found = []
+    for node in ast.walk(tree):
+        where = f'{osp.relpath(path, ROOT)}:{getattr(node, "lineno", 0)}'
+        if isinstance(node, ast.Call) and \
+                _dotted(node.func, aliases) in PATH_CHANGES:
+            found.append(f'{where} {_dotted(node.func, aliases)}(...)')
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = getattr(node, 'targets', None) or [node.target]
+            for target in targets:
+                base = target.value if isinstance(target,
+                                                  ast.Subscript) else target
+                if _dotted(base, aliases) == 'sys.path':
+                    found.append(f'{where} assigns sys.path')
+        elif isinstance(node, ast.ImportFrom) and node.module == 'sys' and \
+                any(a.name == 'path' for a in node.names):
+            found.append(f'{where} from sys import path')
+    return found
+
+
+def test_no_tool_over_max_lines():
+    long = []
+    for path in python_files(TOOLS):
+        with open(path, 'rb') as f:
+            count = f.read().count(b'\n')
+        if count > MAX_LINES:
+            long.append(f'{osp.relpath(path, ROOT)}: {count} lines')
+    assert not long, f'tools over {MAX_LINES} lines:\n  ' + '\n  '.join(long)
+
+
+@pytest.mark.parametrize('top', [TOOLS, TESTS], ids=['tools', 'tests'])
+def test_no_import_path_changes(top):
+    found = [c for path in python_files(top)
+             for c in import_path_changes(path)]
+    assert not found, 'sys.path changed (import the installed mmpe; tests: ' \
+        'helpers from tests/, tools through pytest.ini):\n  ' + \
+        '\n  '.join(found)
+
+
+def test_import_path_check_sees_each_form(tmp_path):
+    """The check above finds every way of changing the path it names (a
+    check that finds nothing must not pass by blindness)."""
+    path = tmp_path / 'changes.py'
+    path.write_text(
+        'import site\nimport sys\nimport sys as s\n'
+        'from sys import path\n'
+        "sys.path.insert(0, 'a')\ns.path.append('b')\n"
+        "sys.path[:0] = ['c']\nsys.path = ['d']\nsys.path += ['e']\n"
+        "site.addsitedir('f')\nsys.modules.pop('x', None)\n")
+    found = import_path_changes(str(path))
+    lines = {int(f.split(' ', 1)[0].rsplit(':', 1)[1]) for f in found}
+    assert lines == set(range(4, 11))  # not line 11: sys.modules
+    assert sorted(f.split(' ', 1)[1] for f in found) == sorted([
+        'from sys import path', 'sys.path.insert(...)',
+        'sys.path.append(...)', 'assigns sys.path', 'assigns sys.path',
+        'assigns sys.path', 'site.addsitedir(...)'
+    ])

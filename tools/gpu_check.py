@@ -33,7 +33,6 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from datetime import datetime, timezone
 from typing import Dict, List, Tuple
 
 import torch
@@ -152,12 +151,8 @@ def check_flex(device: torch.device) -> Tuple[bool, List[str]]:
 
 
 def _peak(core, grid, device) -> float:
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    base = torch.cuda.memory_allocated(device)
-    _train_call(core, grid, device)
-    torch.cuda.synchronize(device)
-    return float(torch.cuda.max_memory_allocated(device) - base)
+    from mmpe.utils.benchmark_helpers import cuda_peak_bytes
+    return cuda_peak_bytes(lambda: _train_call(core, grid, device), device)
 
 
 def check_memory(device: torch.device) -> Tuple[bool, List[str]]:
@@ -218,15 +213,13 @@ def main(argv=None) -> int:
         print(f'gpu-check: no CUDA device (torch {torch.__version__}), '
               'nothing checked')
         return 0
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
     out_dir = os.path.abspath(args.out_dir)
     os.makedirs(out_dir, exist_ok=True)
     device = torch.device('cuda')
+    from mmpe.utils.bench_env import benchmark_env, env_line
+    env = benchmark_env(device)
     lines = ['# mmpe gpu-check', '',
-             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
-             f'{torch.cuda.get_device_name(device)}; torch '
-             f'{torch.__version__} (CUDA {torch.version.cuda}); '
+             f"{env['date']}; {env_line(env)}; CUDA {torch.version.cuda}; "
              f'{platform.node()}', '']
     results = {}
     steps = [('tests', lambda: run_tests(out_dir)),

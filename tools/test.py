@@ -13,20 +13,15 @@ status 2.
     python tools/test.py CONFIG CHECKPOINT [--out results.pkl]
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
-from mmengine.config import Config, DictAction
-
-sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
-import mmpe  # noqa: E402,F401  (registers modules)
-from mmdet.registry import RUNNERS  # noqa: E402
-from mmpe.engine import (UNSAFE_LOAD_ENV, safe_checkpoint_loading,  # noqa
-                         use_mmpe_runner)
-from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
-                        finalize_distributed, fix_worker_settings,
-                        prepare_cpu_distributed)
+import mmpe  # noqa: F401  (registers modules)
+from mmpe.engine import build_tool_runner, safe_checkpoint_loading
+from mmpe.utils import (DataNotFoundError, check_data_paths,
+                        finalize_distributed)
+from mmpe.utils.tool_args import (add_runner_args, dump_detections,
+                                  parse_tool_args, runner_config)
 
 
 def parse_args(argv=None):
@@ -50,42 +45,13 @@ def parse_args(argv=None):
         'painted images are saved')
     parser.add_argument(
         '--wait-time', type=float, default=2, help='the interval of show (s)')
-    parser.add_argument(
-        '--allow-unsafe-checkpoint',
-        action='store_true',
-        help=f'load a trusted checkpoint that needs full unpickling (sets '
-        f'{UNSAFE_LOAD_ENV}=1)')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings in the config, key=value pairs')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    add_runner_args(parser)
+    return parse_tool_args(parser, argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.allow_unsafe_checkpoint:
-        os.environ[UNSAFE_LOAD_ENV] = '1'
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = runner_config(args)
     if not osp.isfile(args.checkpoint):
         print(f'error: checkpoint {args.checkpoint!r} does not exist',
               file=sys.stderr)
@@ -115,21 +81,14 @@ def main(argv=None):
         cfg.test_evaluator['output_dir'] = args.out
         cfg.test_evaluator['keep_results'] = True
     elif args.out is not None:
-        if not args.out.endswith(('.pkl', '.pickle')):
-            print(f'error: --out must be a .pkl or .pickle file, got '
-                  f'{args.out!r}', file=sys.stderr)
+        try:
+            dump_detections(cfg, args.out)
+        except ValueError as err:
+            print(f'error: {err}', file=sys.stderr)
             return 2
-        cfg.test_evaluator = [cfg.test_evaluator] if isinstance(
-            cfg.test_evaluator, dict) else list(cfg.test_evaluator)
-        cfg.test_evaluator.append(
-            dict(type='DumpDetResults', out_file_path=args.out))
-    for note in use_mmpe_runner(cfg):
-        print(note, file=sys.stderr)
-    fix_worker_settings(cfg)
-    prepare_cpu_distributed(cfg, args.launcher)
-
-    runner = RUNNERS.build(cfg)  # cfg.runner_type, as mmdet's tools
-    with safe_checkpoint_loading():
+    runner = build_tool_runner(
+        cfg, args.launcher, say=lambda note: print(note, file=sys.stderr))
+    with safe_checkpoint_loading(args.allow_unsafe_checkpoint):
         metrics = runner.test()
     finalize_distributed()
     return 0 if metrics is not None else 1

@@ -38,22 +38,18 @@ newest checkpoint that does not load. Exit status: 0 done, 2 bad input
 """
 import argparse
 import gc
-import os
-import os.path as osp
 import sys
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
-sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..'))
-import mmpe  # noqa: E402,F401  (registers modules)
-from mmdet.registry import RUNNERS  # noqa: E402
-from mmpe.engine import (PREEMPTED_EXIT_CODE, UNSAFE_LOAD_ENV,  # noqa: E402
-                         TrainingPreempted, safe_checkpoint_loading,
-                         use_mmpe_runner)
-from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
-                        finalize_distributed, fix_worker_settings,
-                        check_work_dir, prepare_cpu_distributed)
+import mmpe  # noqa: F401  (registers modules)
+from mmpe.engine import (PREEMPTED_EXIT_CODE, TrainingPreempted,
+                         build_tool_runner, safe_checkpoint_loading)
+from mmpe.utils import (DataNotFoundError, check_data_paths, check_work_dir,
+                        finalize_distributed)
+from mmpe.utils.tool_args import (add_runner_args, parse_tool_args,
+                                  runner_config)
 
 
 def parse_args(argv=None):
@@ -80,40 +76,13 @@ def parse_args(argv=None):
         '--overwrite',
         action='store_true',
         help='start a fresh run even if the work dir holds checkpoints')
-    parser.add_argument(
-        '--allow-unsafe-checkpoint',
-        action='store_true',
-        help=f'load trusted checkpoints that need full unpickling (sets '
-        f'{UNSAFE_LOAD_ENV}=1)')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings in the config, key=value pairs')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    add_runner_args(parser)
+    return parse_tool_args(parser, argv)
 
 
 def build_cfg(args) -> Config:
     """Load the config and apply the command-line flags, as mmdet does."""
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = runner_config(args)
 
     if args.amp:
         optim_wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
@@ -149,8 +118,6 @@ def build_cfg(args) -> Config:
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.allow_unsafe_checkpoint:
-        os.environ[UNSAFE_LOAD_ENV] = '1'
     cfg = build_cfg(args)
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     try:
@@ -159,16 +126,12 @@ def main(argv=None):
     except (DataNotFoundError, FileExistsError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 2
-    for note in use_mmpe_runner(cfg):
-        print(note, file=sys.stderr)
-    fix_worker_settings(cfg)
-    prepare_cpu_distributed(cfg, args.launcher)
-
-    runner = RUNNERS.build(cfg)  # cfg.runner_type, as mmdet's tools
+    runner = build_tool_runner(
+        cfg, args.launcher, say=lambda note: print(note, file=sys.stderr))
     # the runner stops a run on bad input (status 2) by SystemExit
     status = 0
     try:
-        with safe_checkpoint_loading():
+        with safe_checkpoint_loading(args.allow_unsafe_checkpoint):
             runner.train()
     except TrainingPreempted as stop:
         print(f'preempted: {stop}', file=sys.stderr)

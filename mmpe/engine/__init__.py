@@ -28,7 +28,7 @@ from .resumable_loop import ResumableEpochBasedTrainLoop
 from .resume_checkpoint import (checkpoint_dirs, checkpoint_load_error,
                                 find_resumable_checkpoint, resume_candidates)
 from .rng_state_hook import RNGStateHook
-from .runner import MMPERunner, use_mmpe_runner
+from .runner import MMPERunner, build_tool_runner, use_mmpe_runner
 from .runtime import RUNTIME_HOOKS, complete_runtime
 from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
                               load_from_local_safe, rebuild_history_buffer,
@@ -47,5 +47,5 @@ __all__ = [
     'find_resumable_checkpoint', 'from_plain', 'load_from_local_safe',
     'non_plain_paths', 'plain_param_groups', 'rebuild_history_buffer',
     'resume_candidates', 'safe_checkpoint_loading', 'to_plain',
-    'use_mmpe_runner'
+    'use_mmpe_runner', 'build_tool_runner'
 ]

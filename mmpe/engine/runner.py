@@ -24,16 +24,18 @@ points:
   with exit status 2 (:class:`~mmpe.engine.exit_status.BadInput`).
 
 mmpe's tools call :func:`use_mmpe_runner` on a config before building its
-runner.
+runner (:func:`build_tool_runner`).
 """
 import copy
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
+from mmdet.registry import RUNNERS as MMDET_RUNNERS
 from mmengine.config import Config
 from mmengine.dist import broadcast_object_list, is_main_process
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
+from ..utils import fix_worker_settings, prepare_cpu_distributed
 from .exit_status import BadInput
 from .resume_checkpoint import (checkpoint_dirs, checkpoint_load_error,
                                 find_resumable_checkpoint)
@@ -138,3 +140,19 @@ def use_mmpe_runner(cfg: Config) -> List[str]:
         '--resume follows last_checkpoint without skipping a checkpoint '
         'that does not load'
     ]
+
+
+def build_tool_runner(cfg: Config, launcher: str,
+                      say: Callable[[str], None] = print) -> Runner:
+    """The runner of ``tools/train.py`` and ``tools/test.py``:
+    :func:`use_mmpe_runner` (its lines to ``say``), the data workers'
+    settings fixed and CPU-only DDP prepared
+    (:func:`~mmpe.utils.fix_worker_settings`,
+    :func:`~mmpe.utils.prepare_cpu_distributed`), then built from
+    ``cfg.runner_type`` through mmdet's registry, as mmdet's tools build it.
+    """
+    for note in use_mmpe_runner(cfg):
+        say(note)
+    fix_worker_settings(cfg)
+    prepare_cpu_distributed(cfg, launcher)
+    return MMDET_RUNNERS.build(cfg)

@@ -21,8 +21,11 @@ that ignores the pickled statistics methods), a stand-in for
 ``min`` / ``max`` / ``current`` / ``mean``, :func:`rebuild_history_buffer`,
 and numpy's array, scalar and dtype constructors (numeric data from bytes).
 Anything else (a pickle that would run code) is refused with
-:class:`UnsafeCheckpointError`, unless the user opts in with
-:data:`UNSAFE_LOAD_ENV` ``=1`` (``--allow-unsafe-checkpoint``).
+:class:`UnsafeCheckpointError`, unless the caller opts in: the tools'
+``--allow-unsafe-checkpoint`` becomes ``safe_checkpoint_loading(
+allow_unsafe=True)`` (or ``load_from_local_safe(..., allow_unsafe=True)``),
+and a user running other tools (mmdet's, ``mim``) sets
+:data:`UNSAFE_LOAD_ENV` ``=1``.
 
 Nothing is installed at import: :class:`~mmpe.engine.MMPERunner` runs
 ``train`` / ``val`` / ``test``, and ``tools/train.py`` and ``tools/test.py``
@@ -34,6 +37,7 @@ MMEngine's own loader on exit::
         runner.train()
 """
 import contextlib
+import contextvars
 import os
 import os.path as osp
 import pickle
@@ -54,6 +58,12 @@ UNSAFE_LOAD_ENV = 'MMPE_ALLOW_UNSAFE_CHECKPOINT'
 HISTORY_BUFFER_STATISTICS = ('min', 'max', 'current', 'mean')
 
 SafeGlobal = Union[Callable, Tuple[Callable, str]]
+
+# the opt-in of the innermost safe_checkpoint_loading(allow_unsafe=...) scope
+# (a scope inside an opted-in one keeps the opt-in: the tool that opened the
+# outer scope decides, not the runner's own scope within it)
+_ALLOW_UNSAFE = contextvars.ContextVar('mmpe_allow_unsafe_checkpoint',
+                                       default=False)
 
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
@@ -166,7 +176,8 @@ def _scoped_safe_globals(extra: List[SafeGlobal]) -> Iterator[None]:
 
 
 def load_from_local_safe(filename: str,
-                         map_location: Optional[Any] = None) -> Any:
+                         map_location: Optional[Any] = None,
+                         allow_unsafe: Optional[bool] = None) -> Any:
     """Load a local checkpoint with ``torch.load(weights_only=True)``.
 
     Plain checkpoints load as they are; stock-MMEngine and old-mmpe ones
@@ -175,6 +186,10 @@ def load_from_local_safe(filename: str,
     Args:
         filename (str): Path of the checkpoint.
         map_location (optional): Same as :func:`torch.load`.
+        allow_unsafe (bool, optional): Load a checkpoint outside the
+            allow-list with full unpickling (a trusted file only). None: as
+            the enclosing :func:`safe_checkpoint_loading` scope says, or
+            :data:`UNSAFE_LOAD_ENV` ``=1``.
 
     Returns:
         dict: The loaded checkpoint.
@@ -182,7 +197,7 @@ def load_from_local_safe(filename: str,
     Raises:
         FileNotFoundError: If ``filename`` is not a file.
         UnsafeCheckpointError: If the file needs objects outside that
-            allow-list and :data:`UNSAFE_LOAD_ENV` is not ``1``.
+            allow-list and unsafe loading was not allowed.
     """
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
@@ -196,10 +211,15 @@ def load_from_local_safe(filename: str,
         reason = next(
             (ln for ln in lines if 'GLOBAL' in ln or 'refused' in ln),
             lines[-1] if lines else repr(err))
-        if os.environ.get(UNSAFE_LOAD_ENV) == '1':
-            warnings.warn(
-                f'Loading {filename!r} with full unpickling because '
-                f'{UNSAFE_LOAD_ENV}=1: this can run code stored in the file.')
+        if allow_unsafe is None:
+            allow_unsafe = _ALLOW_UNSAFE.get()
+        from_env = os.environ.get(UNSAFE_LOAD_ENV) == '1'
+        if allow_unsafe or from_env:
+            why = ('--allow-unsafe-checkpoint' if allow_unsafe else
+                   f'{UNSAFE_LOAD_ENV}=1')
+            warnings.warn(f'Loading {filename!r} with full unpickling '
+                          f'because of {why}: this can run code stored in '
+                          'the file.')
             return torch.load(
                 filename, map_location=map_location, weights_only=False)
         raise UnsafeCheckpointError(
@@ -207,25 +227,36 @@ def load_from_local_safe(filename: str,
             f'stores objects outside the allow-list ({reason}). Checkpoints '
             'of tools/train.py, stock MMEngine/MMDetection and earlier mmpe '
             'load safely; to load this one anyway, and only if you trust '
-            f'where it came from, set the environment variable '
-            f'{UNSAFE_LOAD_ENV}=1 (or pass --allow-unsafe-checkpoint to '
-            f'tools/train.py or tools/test.py).') from err
+            'where it came from, pass --allow-unsafe-checkpoint to '
+            'tools/train.py or tools/test.py (other tools: set the '
+            f'environment variable {UNSAFE_LOAD_ENV}=1).') from err
 
 
 @contextlib.contextmanager
-def safe_checkpoint_loading() -> Iterator[None]:
+def safe_checkpoint_loading(allow_unsafe: bool = False) -> Iterator[None]:
     """Route MMEngine's local-file checkpoint loader to
     :func:`load_from_local_safe` inside the ``with`` block only.
 
     MMEngine's previous loader is registered again on exit, also when the
     block raises.
+
+    Args:
+        allow_unsafe (bool): Inside the block, load checkpoints outside the
+            allow-list with full unpickling (``--allow-unsafe-checkpoint``:
+            trusted files only). A scope opened inside an allowing one
+            allows too (the runner's own scope inside the tool's).
     """
+    if not isinstance(allow_unsafe, bool):
+        raise TypeError(f'allow_unsafe must be True or False, got '
+                        f'{allow_unsafe!r}')
+    token = _ALLOW_UNSAFE.set(allow_unsafe or _ALLOW_UNSAFE.get())
     previous = CheckpointLoader._schemes.get('')
     CheckpointLoader.register_scheme(
         prefixes='', loader=load_from_local_safe, force=True)
     try:
         yield
     finally:
+        _ALLOW_UNSAFE.reset(token)
         if previous is None:
             CheckpointLoader._schemes.pop('', None)
         else:

@@ -1,7 +1,10 @@
-"""Helpers of the benchmark scripts (``tools/benchmark``): a process's own
-resident memory, and image sizes written ``WIDTHxHEIGHT``."""
+"""Helpers of the benchmark scripts (``tools/benchmark``,
+``tools/gpu_check.py``): a process's own resident memory, the CUDA memory
+peak of one call, and image sizes written ``WIDTHxHEIGHT``."""
 import argparse
-from typing import Tuple
+from typing import Callable, Tuple
+
+import torch
 
 
 def resident_mb(field: str = 'VmHWM') -> float:
@@ -17,6 +20,18 @@ def resident_mb(field: str = 'VmHWM') -> float:
                 return int(line.split()[1]) / 1024  # kB
     raise ValueError(f'no {field!r} in /proc/self/status; choose VmRSS or '
                      'VmHWM')
+
+
+def cuda_peak_bytes(run: Callable[[], object], device: torch.device) -> float:
+    """Bytes allocated on the CUDA ``device`` at the peak of ``run()``,
+    above what was allocated when it started
+    (``torch.cuda.max_memory_allocated`` after resetting the peak)."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    run()
+    torch.cuda.synchronize(device)
+    return float(torch.cuda.max_memory_allocated(device) - base)
 
 
 def parse_image_size(text: str) -> Tuple[int, int]:

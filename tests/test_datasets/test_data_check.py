@@ -26,6 +26,8 @@ from mmpe.datasets.data_check import (CheckOptions, ImageReadSettings,
                                       check_image_file, format_report)
 from mmpe.engine import DatasetCheckHook
 
+from broken_coco import break_copy, coco_set  # noqa: F401 (fixture)
+
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 INS_CFG = osp.join(ROOT, 'configs/_base_/datasets/synthetic_coco_instance.py')
 CLASSES = ('square', 'disk', 'triangle', 'ring')
@@ -264,14 +266,6 @@ def test_report_lists_the_first_and_counts_all():
 # ------------------------------------------------------ a built data set
 
 
-@pytest.fixture(scope='module')
-def coco_set(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('clean'))
-    generate_synthetic_coco(root, num_train=10, num_val=2, seed=5,
-                            min_size=64, max_size=96)
-    return root
-
-
 def _dataset(root):
     cfg = Config.fromfile(INS_CFG)
     ds = copy.deepcopy(cfg.train_dataloader.dataset)
@@ -279,47 +273,9 @@ def _dataset(root):
     return DATASETS.build(ds)
 
 
-def _break(root, tmp_path):
-    """A copy of the set with one of each bad thing; what was done to which
-    file (file name, annotation id or None, kind)."""
-    bad = str(tmp_path / 'bad')
-    shutil.copytree(root, bad)
-    ann_file = osp.join(bad, 'annotations', 'instances_train.json')
-    with open(ann_file) as f:
-        coco = json.load(f)
-    imgs, anns = coco['images'], coco['annotations']
-    first = {img['id']: next(a for a in anns if a['image_id'] == img['id'])
-             for img in imgs}
-
-    def path(i):
-        return osp.join(bad, 'train', imgs[i]['file_name'])
-
-    data = open(path(0), 'rb').read()
-    open(path(0), 'wb').write(data[:len(data) // 2])
-    open(path(1), 'w').write('not an image')
-    os.remove(path(2))
-    imgs[3]['height'] += 5
-    first[imgs[4]['id']]['bbox'][1] = imgs[4]['height'] + 3.0
-    first[imgs[5]['id']]['bbox'][3] = 0.0
-    first[imgs[6]['id']]['category_id'] = 42
-    poly = first[imgs[7]['id']]['segmentation']
-    first[imgs[7]['id']]['segmentation'] = [poly[0][:4]] + poly[1:]
-    with open(ann_file, 'w') as f:
-        json.dump(coco, f)
-    want = [(0, None, 'truncated JPEG'), (1, None, 'not an image'),
-            (2, None, 'missing file'),
-            (3, None, 'size differs from the annotation'),
-            (4, first[imgs[4]['id']]['id'], 'box outside the image'),
-            (5, first[imgs[5]['id']]['id'], 'zero-size box'),
-            (6, first[imgs[6]['id']]['id'], 'unknown category'),
-            (7, first[imgs[7]['id']]['id'],
-             'polygon with fewer than 3 points')]
-    return bad, [(path(i), ann, kind) for i, ann, kind in want]
-
-
 @pytest.mark.parametrize('workers', [0, 2])
 def test_every_problem_of_a_data_set_at_once(coco_set, tmp_path, workers):
-    bad, want = _break(coco_set, tmp_path)
+    bad, want = break_copy(coco_set, tmp_path)
     dataset = _dataset(bad)
     result = check_dataset(dataset, 'train set',
                            CheckOptions(num_workers=workers, cache_dir=None))
@@ -444,9 +400,13 @@ def test_hook_arguments():
 
 
 def test_standalone_tool(coco_set, tmp_path, capsys):
-    sys.path.insert(0, osp.join(ROOT, 'tools', 'analysis'))
-    import check_dataset as tool
-    bad, want = _break(coco_set, tmp_path)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'mmpe_tool_check_dataset',
+        osp.join(ROOT, 'tools', 'analysis', 'check_dataset.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    bad, want = break_copy(coco_set, tmp_path)
     opts = ['--cfg-options'] + [
         f'{s}_dataloader.dataset.data_root={bad}/' for s in
         ('train', 'val', 'test')

@@ -250,12 +250,13 @@ def test_unsupported_detector_is_named(config, name, reason):
 
 
 def test_export_tool_refuses_unsupported_without_traceback(capsys, tmp_path):
-    import sys
-    sys.path.insert(0, osp.join(ROOT, 'tools', 'deployment'))
-    try:
-        from export_onnx import main
-    finally:
-        sys.path.pop(0)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'mmpe_tool_export_onnx',
+        osp.join(ROOT, 'tools', 'deployment', 'export_onnx.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    main = tool.main
     config = osp.join(QUICKSTART, 'mask-rcnn_cpvt-tiny_synthetic.py')
     code = main([config, 'none', '--out', str(tmp_path / 'x.onnx')])
     err = capsys.readouterr().err

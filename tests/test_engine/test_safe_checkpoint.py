@@ -322,3 +322,34 @@ def test_reloads_with_env_var_unset(tmp_path, monkeypatch):
     with safe_checkpoint_loading(), pytest.raises(UnsafeCheckpointError):
         _load_checkpoint(path)
     assert not osp.exists(str(tmp_path / 's'))
+
+
+def test_unsafe_load_by_argument_not_environment(tmp_path, monkeypatch):
+    """``--allow-unsafe-checkpoint`` reaches the loader as an argument: the
+    scope's ``allow_unsafe`` (kept by a scope opened inside it, as the
+    runner's own scope inside the tool's), or the loader's; the process
+    environment is neither read for it nor written."""
+    monkeypatch.delenv(UNSAFE_LOAD_ENV, raising=False)
+    path = str(tmp_path / 'trusted.pth')
+    torch.save(dict(payload=_RunsCode(str(tmp_path / 'ran'))), path)
+    with safe_checkpoint_loading(allow_unsafe=True), \
+            pytest.warns(UserWarning, match='--allow-unsafe-checkpoint'):
+        with safe_checkpoint_loading():  # the runner's scope inside
+            ckpt = _load_checkpoint(path, map_location='cpu')
+    assert ckpt['payload'] == str(tmp_path / 'ran')
+    assert os.environ.get(UNSAFE_LOAD_ENV) is None
+    # after the scope, and in a scope without the opt-in: refused again
+    for scope in (safe_checkpoint_loading(), safe_checkpoint_loading(False)):
+        with scope, pytest.raises(UnsafeCheckpointError):
+            _load_checkpoint(path)
+    with pytest.warns(UserWarning, match='--allow-unsafe-checkpoint'):
+        load_from_local_safe(path, allow_unsafe=True)
+    with safe_checkpoint_loading(allow_unsafe=True), \
+            pytest.raises(UnsafeCheckpointError):
+        load_from_local_safe(path, allow_unsafe=False)  # the call decides
+
+
+def test_allow_unsafe_must_be_a_bool():
+    with pytest.raises(TypeError, match="must be True or False, got 'yes'"):
+        with safe_checkpoint_loading(allow_unsafe='yes'):
+            pass

@@ -20,7 +20,10 @@ spec = importlib.util.spec_from_file_location(
     'ablation_seg', osp.join(ROOT, 'tools', 'experiments', 'ablation.py'))
 ablation = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ablation)
-ROWS = ablation.STUDIES['cpvt_seg']
+# the modules beside the script (pytest.ini's pythonpath: tools/experiments)
+ablation_runs = importlib.import_module('ablation_runs')
+studies = importlib.import_module('ablation_studies')
+ROWS = studies.STUDIES['cpvt_seg']
 
 
 def _parse(options):
@@ -56,7 +59,7 @@ def test_row_builds_what_it_says(name, config, options):
 
 def test_test_settings_change_scale_or_mode():
     base = ROWS[0][1:]
-    for test, opts in ablation.SEG_TESTS.items():
+    for test, opts in studies.SEG_TESTS.items():
         cfg = _cfg(base[0], base[1] + (opts or []))
         resize = cfg.test_dataloader.dataset.pipeline[1]
         assert resize.type == 'Resize'
@@ -89,7 +92,7 @@ def test_run_seg_one_reads_the_metrics(tmp_path, monkeypatch):
                 f.write(json.dumps(dict(aAcc=90.0, mIoU=10.0 * scale)))
         return 2.0
 
-    monkeypatch.setattr(ablation, '_run', fake_run)
+    monkeypatch.setattr(ablation_runs, 'run_script', fake_run)
     args = argparse.Namespace(work_dir=str(tmp_path), epochs=20,
                               data_root='/data/seg', threads=1)
     name, config, options = ROWS[0]
@@ -126,14 +129,14 @@ def test_summary_per_test_setting():
 
 def test_shape_study_runs_the_same_rows_on_its_own_data(tmp_path,
                                                         monkeypatch):
-    assert ablation.STUDIES['cpvt_seg_shape'] == ROWS
+    assert studies.STUDIES['cpvt_seg_shape'] == ROWS
     commands = []
 
     def fake_run(cmd, log_file, threads=None):
         commands.append(cmd)
         raise RuntimeError('stop after the training command')
 
-    monkeypatch.setattr(ablation, '_run', fake_run)
+    monkeypatch.setattr(ablation_runs, 'run_script', fake_run)
     args = argparse.Namespace(work_dir=str(tmp_path), epochs=20,
                               data_root=None, threads=1)
     with pytest.raises(RuntimeError, match='stop'):

@@ -18,10 +18,14 @@ spec = importlib.util.spec_from_file_location(
     'ablation', osp.join(ROOT, 'tools', 'experiments', 'ablation.py'))
 ablation = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ablation)
+# the modules beside the script, as it imports them (pytest.ini's
+# pythonpath has tools/experiments, as `python tools/experiments/...` has)
+ablation_runs = importlib.import_module('ablation_runs')
+studies = importlib.import_module('ablation_studies')
 
 # the segmentation studies' rows (mmseg models): tests/test_seg/
-ROWS = [(study, *row) for study, rows in ablation.STUDIES.items()
-        for row in rows if study not in ablation.SEG_STUDIES]
+ROWS = [(study, *row) for study, rows in studies.STUDIES.items()
+        for row in rows if study not in studies.SEG_STUDIES]
 
 
 def _parse(options):
@@ -177,7 +181,7 @@ def test_cpvt_summary_has_ap_and_ap50_per_scale():
         return [dict(scale=s, metrics={
             'coco/bbox_mAP': ap / s, 'coco/bbox_mAP_50': 2 * ap / s,
             'coco/segm_mAP': ap / (2 * s), 'coco/segm_mAP_50': ap / s})
-            for s in ablation.SCALES]
+            for s in studies.SCALES]
 
     results = [
         dict(study='cpvt_res', row='CPVT peg', seed=s, epochs=4,
@@ -289,16 +293,16 @@ def test_rope_coords_runs_are_tested_resized_and_on_the_canvas(
             with open(osp.join(work_dir, 'eval_resolutions.json'), 'w') as f:
                 json.dump(dict(results=[
                     dict(test=k, scale=s, metrics={'coco/bbox_mAP_50': s})
-                    for k, s in ablation.RES_TESTS['rope_coords_detr']
+                    for k, s in studies.RES_TESTS['rope_coords_detr']
                 ]), f)
         return 1.0
 
-    monkeypatch.setattr(ablation, '_run', fake_run)
-    monkeypatch.setattr(ablation, '_run_measured',
+    monkeypatch.setattr(ablation_runs, 'run_script', fake_run)
+    monkeypatch.setattr(ablation_runs, 'run_script_measured',
                         lambda *a, **k: (fake_run(*a, **k), 0.0))
     args = ablation.parse_args(['--work-dir', str(tmp_path)])
     args.epochs, args.threads = 8, 1
-    name, config, options = ablation.STUDIES['rope_coords_detr'][3]
+    name, config, options = studies.STUDIES['rope_coords_detr'][3]
     result = ablation.run_one('rope_coords_detr', name, config, options, 2,
                               args)
     train, test = commands
@@ -328,7 +332,7 @@ def test_rope_coords_summary_has_every_test_and_runs_are_not_shared(
         res = [dict(test=k, scale=s, metrics={
             'coco/bbox_mAP': 0.1 * s + seed / 10,
             'coco/bbox_mAP_50': (0.4 if k == 'canvas' else 0.2 * s) + seed})
-            for k, s in ablation.RES_TESTS.get(study, [])]
+            for k, s in studies.RES_TESTS.get(study, [])]
         return dict(study=study, row=name, seed=seed, config=config,
                     options=options, train_seconds=10.0,
                     metrics={'coco/bbox_mAP': 0.1, 'coco/bbox_mAP_50': 0.2},
@@ -375,11 +379,11 @@ def test_canvas_data_made_from_the_studys_data_root(tmp_path):
     assert (params['canvas'], params['seed'], params['num_val'],
             params['max_size']) == (2.0, 9, 3, 96)
 def test_vitdet_layout_rows_pair_every_encoding():
-    rows = {name for name, _, _ in ablation.STUDIES['vitdet_layout']}
+    rows = {name for name, _, _ in studies.STUDIES['vitdet_layout']}
     assert rows == {f'{layout} {pe}' for layout in ('global', 'windowed')
                     for pe in ('none', 'peg', 'learnable', 'irpe',
                                'rope-mixed', 'rel-pos')}
-    assert ablation.RES_TESTS['vitdet_layout'] == [('resize', 1.0),
+    assert studies.RES_TESTS['vitdet_layout'] == [('resize', 1.0),
                                                 ('resize', 2.0)]
 
 
@@ -404,7 +408,7 @@ def test_vitdet_summary_has_ap_per_size_time_and_memory():
 
 def test_run_measured_reports_each_childs_peak_memory(tmp_path):
     """Peak RSS of the one child run, not of another child: from a launcher
-    as light as ablation.py itself (Linux keeps a process's high-water mark
+    as light as ablation_process.py itself (Linux keeps a process's high-water mark
     from before its exec, so the launcher's size is a floor; this test
     process holds torch), a child that holds 300 MB and one that holds
     nothing."""
@@ -421,17 +425,18 @@ def test_run_measured_reports_each_childs_peak_memory(tmp_path):
         'spec = importlib.util.spec_from_file_location("a", sys.argv[1])\n'
         'a = importlib.util.module_from_spec(spec)\n'
         'spec.loader.exec_module(a)\n'
-        'print(json.dumps([a._run_measured([f], f + ".log")[1]\n'
+        'print(json.dumps([a.run_script_measured([f], f + ".log")[1]\n'
         '                  for f in sys.argv[2:]]))\n')
     out = subprocess.run(
         [sys.executable, str(launcher),
-         osp.join(ROOT, 'tools', 'experiments', 'ablation.py'), str(big),
+         osp.join(ROOT, 'tools', 'experiments', 'ablation_process.py'),
+         str(big),
          str(small)], capture_output=True, text=True, check=True).stdout
     big_mb, small_mb = json.loads(out)
     assert big_mb >= 300 > small_mb
     with pytest.raises(RuntimeError, match='failed; see'):
-        ablation._run_measured(['-c', 'raise SystemExit(3)'],
-                               str(tmp_path / 'f.log'))
+        ablation_runs.run_script_measured(['-c', 'raise SystemExit(3)'],
+                                          str(tmp_path / 'f.log'))
 
 
 @pytest.mark.parametrize('study', ['decoder_rpb_dab', 'decoder_rpb_cond'])
@@ -447,7 +452,7 @@ def test_decoder_rpb_rows_differ_only_in_the_bias(study):
             cfg.merge_from_dict(_parse(options))
         return cfg
 
-    rows = ablation.STUDIES[study]
+    rows = studies.STUDIES[study]
     assert len(rows) == 4
     for plain, biased in ((rows[0], rows[1]), (rows[2], rows[3])):
         assert biased[0].startswith(plain[0] + ' + ')
@@ -456,7 +461,7 @@ def test_decoder_rpb_rows_differ_only_in_the_bias(study):
         assert b['model'].pop('decoder_pe')['type'] == (
             'box-rpb' if study == 'decoder_rpb_dab' else 'point-rpb')
         assert a == b
-    assert ablation.RES_TESTS[study] == [('resize', 1.0), ('resize', 2.0)]
+    assert studies.RES_TESTS[study] == [('resize', 1.0), ('resize', 2.0)]
 
 
 def test_decoder_rpb_runs_validate_every_epoch_and_keep_the_curve(
@@ -490,8 +495,8 @@ def test_decoder_rpb_runs_validate_every_epoch_and_keep_the_curve(
                     for s in (1.0, 2.0)]}, f)
         return 5.0, 100.0
 
-    monkeypatch.setattr(ablation, '_run_measured', fake_run)
-    monkeypatch.setattr(ablation, '_run',
+    monkeypatch.setattr(ablation_runs, 'run_script_measured', fake_run)
+    monkeypatch.setattr(ablation_runs, 'run_script',
                         lambda *a, **k: fake_run(*a, **k)[0])
     out = tmp_path / 'runs.json'
     md = tmp_path / 'table.md'
@@ -501,7 +506,7 @@ def test_decoder_rpb_runs_validate_every_epoch_and_keep_the_curve(
         '--out', str(out), '--markdown', str(md),
         '--work-dir', str(tmp_path)]) == 0
     train = next(c for c in commands if c[0] == 'tools/train.py')
-    assert train[1] == ablation.COND_POINT_RPB
+    assert train[1] == studies.COND_POINT_RPB
     assert 'train_cfg.val_interval=1' in train
     assert 'train_cfg.max_epochs=3' in train
     [run] = json.loads(out.read_text())

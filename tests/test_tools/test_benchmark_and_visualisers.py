@@ -15,7 +15,9 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 
 def _tool(*parts):
-    """Import a script under tools/ as a module."""
+    """Import a script under tools/ as a module (the modules beside it
+    import as ``python tools/...`` would find them: pytest.ini's
+    ``pythonpath`` names their folders)."""
     path = osp.join(ROOT, 'tools', *parts)
     spec = importlib.util.spec_from_file_location(
         'mmpe_tool_' + '_'.join(parts).replace('.py', ''), path)
@@ -118,16 +120,18 @@ def test_rpe_attention_maps(tmp_path, init):
 
 def test_attention_benchmark_quick_json(tmp_path):
     tool = _tool('benchmark', 'attention.py')
+    rows_lib = _tool('benchmark', 'attention_rows.py')
     out = tmp_path / 'bench.json'
     tool.main(['--quick', '--threads', '1', '--out', str(out)])
     res = json.loads(out.read_text())
     assert res['env']['torch'] == torch.__version__
+    assert res['env']['threads'] == 1 and len(res['env']['load_avg_end']) == 3
     grid = res['grids']['6x8']
     names = [r['name'] for r in grid['layer']]
-    assert names[0] == tool.BASELINE and tool.EQ27 in names
+    assert names[0] == rows_lib.BASELINE and rows_lib.EQ27 in names
     assert 'mmpe ctx product k' in names and 'mmpe bias product k' in names
     assert {'mmpe no RPE (sdpa)', 'mmpe bias product k (sdpa)',
-            'mmpe ctx product k (sdpa)', *tool.SOFTMAX_B} <= set(names)
+            'mmpe ctx product k (sdpa)', *rows_lib.SOFTMAX_B} <= set(names)
     assert 'mmpe ctx product k encoder (sdpa)' in [
         r['name'] for r in grid['encoder']
     ]
@@ -138,7 +142,7 @@ def test_attention_benchmark_quick_json(tmp_path):
             assert rows[0][key] == pytest.approx(1.0)  # the baseline
             for r in rows:
                 if key.startswith('fwd_') and not key.startswith(
-                        'fwd_bwd') and r['name'] in tool.SOFTMAX_B:
+                        'fwd_bwd') and r['name'] in rows_lib.SOFTMAX_B:
                     # the A/B rows time fwd+bwd only
                     assert r[key] is None, (r['name'], key)
                     continue
@@ -150,8 +154,8 @@ def test_attention_benchmark_quick_json(tmp_path):
         'eq27_speedup'
     }
     ab = grid['softmax_ab']
-    assert set(ab) == {*tool.SOFTMAX_B, 'keep_private_aten'}
-    for name in tool.SOFTMAX_B:
+    assert set(ab) == {*rows_lib.SOFTMAX_B, 'keep_private_aten'}
+    for name in rows_lib.SOFTMAX_B:
         assert ab[name]['ratio'] > 0
         assert len(ab[name]['round_ratios']) == res['args']['rounds']
 
@@ -162,7 +166,7 @@ def test_attention_benchmark_plain_softmax_is_the_same_layer(add_):
     (forward and backward), and only inside its block."""
     from mmpe.models.layers import iRPEMultiheadAttention
     from mmpe.models.layers.attention import ops as attention_ops
-    tool = _tool('benchmark', 'attention.py')
+    tool = _tool('benchmark', 'attention_rows.py')
     torch.manual_seed(0)
     layer = iRPEMultiheadAttention(
         16, 2, batch_first=True, rpe_cfg=tool._rpe_cfg('ctx', 'product'),

@@ -13,8 +13,12 @@ def _tool():
     return _script('benchmark', 'attention.py')
 
 
+def _long():
+    return _script('benchmark', 'attention_long.py')
+
+
 def test_long_benchmark_quick_json(tmp_path):
-    tool = _tool()
+    tool, long = _tool(), _long()
     out = tmp_path / 'long.json'
     # backend 'eager': dynamo traces (graph breaks counted), no codegen
     tool.main([
@@ -30,16 +34,16 @@ def test_long_benchmark_quick_json(tmp_path):
         names = [r['name'] for r in g['rows']]
         # every variant, the named backends beside the default ('auto')
         assert names == [
-            f'{v} {m}' for v in (tool.LONG_BASE, tool.LONG_CTX,
+            f'{v} {m}' for v in (long.LONG_BASE, long.LONG_CTX,
                                  'mmpe ctx product k (explicit)',
                                  'mmpe ctx product k (chunked)',
                                  'mmpe bias product k', 'mmpe ctx product qkv')
             + (('mmpe rel-pos', ) if g['cfg'] == 'vit-s' else ())
-            for m in tool.LONG_MODES
+            for m in long.LONG_MODES
         ]
         by = {(r['variant'], r['mode']): r for r in g['rows']}
         for r in g['rows']:
-            base = by[(tool.LONG_BASE, r['mode'])]
+            base = by[(long.LONG_BASE, r['mode'])]
             assert r['x'] == pytest.approx(r['fwd_bwd_ms'] /
                                            base['fwd_bwd_ms'])
             assert len(r['fwd_bwd_ms_all']) == 1 and r['cpu_ms'] > 0
@@ -54,26 +58,26 @@ def test_long_benchmark_quick_json(tmp_path):
     aims = res['aims']
     time_aims = [a for a in aims if 'time <=' in a['aim']]
     assert [a['aim'] for a in time_aims] == [
-        f'L=24 {cfg} time <= {tool.LONG_AIMS["time"]}x'
+        f'L=24 {cfg} time <= {long.LONG_AIMS["time"]}x'
         for cfg in ('detr', 'vit-s')
     ]
     for a in time_aims:
         ctx = next(r for g in res['groups'] for r in g['rows']
                    if a['aim'].startswith(f"L=24 {g['cfg']} ")
-                   and r['variant'] == tool.LONG_CTX and r['mode'] == 'eager')
+                   and r['variant'] == long.LONG_CTX and r['mode'] == 'eager')
         assert a['value'] == ctx['x'] and a['cpu_value'] == ctx['cpu_x']
         assert a['met'] == (max(ctx['x'], ctx['cpu_x']) <=
-                            tool.LONG_AIMS['time'])
+                            long.LONG_AIMS['time'])
     assert not any('memory' in a['aim'] for a in aims)
     assert sum('compiled < eager' in a['aim'] for a in aims) == 11
 
 
 def test_memory_row_in_its_own_process():
-    tool = _tool()
+    long = _long()
     spec = dict(length=24, grid=[4, 6], cfg='detr',
                 variant='mmpe ctx product k (chunked)', mode='eager',
                 batch=2, pad=0.25, device='cpu', backend='eager', threads=1)
-    mem = tool._memory_subprocess(spec)
+    mem = long._memory_subprocess(spec)
     assert mem['length'] == 24
     assert mem['tensor_peak'] > 0
     assert mem['rss_peak'] is None or mem['rss_peak'] >= 0
@@ -82,16 +86,16 @@ def test_memory_row_in_its_own_process():
 def test_explicit_rows_stop_at_the_length_limit():
     """The explicit row's (B, H, L, L) buffers are opt-in above
     --explicit-max-length."""
-    tool = _tool()
+    tool, long = _tool(), _long()
     args = tool.parse_args(['--long', '--modes', 'eager', '--variants',
                             'ctx product k'])
-    rows = tool.long_rows((32, 32), 'detr', args, torch.device('cpu'))
+    rows = long.long_rows((32, 32), 'detr', args, torch.device('cpu'))
     assert [r.variant for r in rows] == [
-        tool.LONG_BASE, tool.LONG_CTX, 'mmpe ctx product k (explicit)',
+        long.LONG_BASE, long.LONG_CTX, 'mmpe ctx product k (explicit)',
         'mmpe ctx product k (chunked)'
     ]
     args.explicit_max_length = 1023
-    rows = tool.long_rows((32, 32), 'detr', args, torch.device('cpu'))
+    rows = long.long_rows((32, 32), 'detr', args, torch.device('cpu'))
     assert [r.variant for r in rows] == [
-        tool.LONG_BASE, tool.LONG_CTX, 'mmpe ctx product k (chunked)'
+        long.LONG_BASE, long.LONG_CTX, 'mmpe ctx product k (chunked)'
     ]

@@ -21,10 +21,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, osp.dirname(__file__))
-sys.path.insert(0, osp.join(osp.dirname(__file__), '..', 'test_datasets'))
-from test_data_check import _break, coco_set  # noqa: E402,F401
-from test_train_test_e2e import CONFIG, ROOT, _options  # noqa: E402
+from broken_coco import break_copy, coco_set  # noqa: F401 (fixture)
+from test_train_test_e2e import CONFIG, ROOT, _options
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +62,7 @@ def _line_of(log, path):
 
 def test_bad_data_stops_training_before_the_first_iteration(
         coco_set, tmp_path):
-    bad, want = _break(coco_set, tmp_path)
+    bad, want = break_copy(coco_set, tmp_path)
     work = str(tmp_path / 'work')
     log = _run([
         'tools/train.py', INSTANCE_CONFIG, '--work-dir', work,
@@ -83,7 +81,7 @@ def test_bad_data_stops_training_before_the_first_iteration(
 
 
 def test_skip_bad_images_trains_on_and_names_them(coco_set, tmp_path):
-    bad, want = _break(coco_set, tmp_path)
+    bad, want = break_copy(coco_set, tmp_path)
     work = str(tmp_path / 'work')
     log = _run([
         'tools/train.py', CONFIG, '--work-dir', work, '--cfg-options',
@@ -104,7 +102,7 @@ def test_tools_test_checks_the_test_set(coco_set, tmp_path):
     work = str(tmp_path / 'work')
     _run(['tools/train.py', CONFIG, '--work-dir', work, '--cfg-options',
           *_options(coco_set, 1)], status=0)
-    bad, want = _break(coco_set, tmp_path)
+    bad, want = break_copy(coco_set, tmp_path)
     # the test set of the quick-start is the val split: break one image
     val = sorted(glob.glob(osp.join(bad, 'val', '*.jpg')))[0]
     os.remove(val)

@@ -17,6 +17,8 @@ _spec = importlib.util.spec_from_file_location(
     'eval_resolutions', osp.join(REPO, 'tools/analysis/eval_resolutions.py'))
 eval_resolutions = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(eval_resolutions)
+# the test configs it makes, beside the script (pytest.ini's pythonpath)
+resolution_configs = importlib.import_module('resolution_configs')
 
 ALL_CONFIGS = sorted(
     glob.glob(osp.join(REPO, 'configs', '*.py')) +
@@ -55,7 +57,7 @@ def test_rescale_pipeline(factor):
         dict(type='PackDetInputs')
     ]
     original = copy.deepcopy(pipeline)
-    changed = eval_resolutions.rescale_pipeline(pipeline, factor)
+    changed = resolution_configs.rescale_pipeline(pipeline, factor)
     assert len(changed) == 4
     assert pipeline[1]['scale'] == (round(1333 * factor), round(800 * factor))
     assert isinstance(pipeline[1]['scale'], tuple)
@@ -75,7 +77,7 @@ def test_rescale_other_resizes_and_fixed_pad():
         dict(type='Pad', size=(640, 640)),
         dict(type='Pad', size_divisor=32),
     ]
-    eval_resolutions.rescale_pipeline(pipeline, 1.5)
+    resolution_configs.rescale_pipeline(pipeline, 1.5)
     assert pipeline[0]['scale_factor'] == 1.5  # not rounded to 2
     assert (pipeline[1]['width'], pipeline[1]['height']) == (960, 720)
     assert pipeline[2]['scales'] == [(960, 720), (1200, 900)]
@@ -86,7 +88,7 @@ def test_rescale_other_resizes_and_fixed_pad():
 
 def test_rescale_pipeline_without_resize():
     pipeline = [dict(type='LoadImageFromFile'), dict(type='PackDetInputs')]
-    assert eval_resolutions.rescale_pipeline(pipeline, 2.0) == []
+    assert resolution_configs.rescale_pipeline(pipeline, 2.0) == []
 
 
 def test_dataset_pipelines_through_wrappers_and_concat():
@@ -104,7 +106,7 @@ def test_dataset_pipelines_through_wrappers_and_concat():
                         dict(type='CocoDataset', pipeline=b),
                         dict(type='CocoDataset', pipeline=c)
                     ]))))
-    assert eval_resolutions.dataset_pipelines(cfg) == [b, c, a]
+    assert resolution_configs.dataset_pipelines(cfg) == [b, c, a]
 
 
 @pytest.mark.parametrize('test_dataloader', [None, dict(batch_size=1)])
@@ -112,7 +114,7 @@ def test_dataset_pipelines_refuses_config_without_test_set(test_dataloader):
     from mmengine.config import Config
     cfg = Config(dict(test_dataloader=test_dataloader))
     with pytest.raises(ValueError, match='test_dataloader'):
-        eval_resolutions.dataset_pipelines(cfg)
+        resolution_configs.dataset_pipelines(cfg)
 
 
 @pytest.mark.parametrize('factor', [1.0, 1.5])
@@ -122,7 +124,7 @@ def test_resize_inserted_when_pipeline_has_none(factor):
         dict(type='LoadAnnotations'),
         dict(type='PackDetInputs')
     ]
-    changed = eval_resolutions.rescale_or_insert(pipeline, factor)
+    changed = resolution_configs.rescale_or_insert(pipeline, factor)
     assert len(changed) == 1
     if factor == 1.0:
         assert len(pipeline) == 3
@@ -156,16 +158,16 @@ def test_every_config_test_pipeline_scales(image_640x480, tmp_path):
         cfg = Config.fromfile(path)
         if cfg.get('default_scope', 'mmdet') != 'mmdet':
             continue  # MMSegmentation configs: not a detector's pipeline
-        resize = next(t for t in eval_resolutions.dataset_pipelines(cfg)[0]
+        resize = next(t for t in resolution_configs.dataset_pipelines(cfg)[0]
                       if t['type'] == 'Resize')
         resize = copy.deepcopy(resize)
         for factor in (1.0, 1.5):
-            run_cfg, changed = eval_resolutions.scale_config(
+            run_cfg, changed = resolution_configs.scale_config(
                 cfg, factor, 'ckpt.pth', str(tmp_path))
             assert changed, path
             assert run_cfg.load_from == 'ckpt.pth'
             assert run_cfg.work_dir == str(tmp_path / f'scale_{factor:g}')
-            pipelines = eval_resolutions.dataset_pipelines(run_cfg)
+            pipelines = resolution_configs.dataset_pipelines(run_cfg)
             packed = Compose(pipelines[0])(
                 dict(img_path=image_640x480, img_id=0, instances=[]))
             got = packed['data_samples'].img_shape
@@ -173,7 +175,7 @@ def test_every_config_test_pipeline_scales(image_640x480, tmp_path):
             if resize.get('scale') == (1333, 800):
                 assert got == ((800, 1067) if factor == 1 else (1200, 1600))
         # the original config is left as it was
-        assert eval_resolutions.dataset_pipelines(cfg)[0][1] == resize
+        assert resolution_configs.dataset_pipelines(cfg)[0][1] == resize
 
 
 # ---------------------------------------------------------------- end to end
@@ -261,7 +263,7 @@ def test_end_to_end(name, tiny_val, seen, tmp_path):
     # 2 batches of 2 images per scale; the checkpoint's weights in use
     assert len(calls) == 4
     assert all(float(c['marker']) == pytest.approx(0.321) for c in calls)
-    resize = next(t for t in eval_resolutions.dataset_pipelines(cfg)[0]
+    resize = next(t for t in resolution_configs.dataset_pipelines(cfg)[0]
                   if t['type'] == 'Resize')
     for r, scale_calls in zip(results, (calls[:2], calls[2:])):
         shapes = []
@@ -307,6 +309,7 @@ def test_refuses_unsafe_checkpoint_unless_allowed(tiny_val, seen, tmp_path,
         eval_resolutions.main(args)
     assert calls == []
     assert eval_resolutions.main(args + ['--allow-unsafe-checkpoint']) == 0
+    assert os.environ[UNSAFE_LOAD_ENV] == '0'  # an argument, not the env
     assert len(calls) == 2
     assert all(float(c['marker']) == pytest.approx(0.321) for c in calls)
 
@@ -367,7 +370,7 @@ def test_canvas_test_draws_a_larger_set_at_the_same_object_scale(
         results = json.load(f)['results']
     assert [(r['test'], r['scale']) for r in results] == [('resize', 1.0),
                                                           ('canvas', 2.0)]
-    resize = next(t for t in eval_resolutions.dataset_pipelines(cfg)[0]
+    resize = next(t for t in resolution_configs.dataset_pipelines(cfg)[0]
                   if t['type'] == 'Resize')
     for call in calls[2:]:  # the canvas run's two batches
         for img_id, shape in call['samples']:

@@ -17,11 +17,8 @@ ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 DATA = osp.join(ROOT, 'docs', 'data')
 
 
-def _load_tool():
-    return _script('analysis', 'make_figures.py')
-
-
-make_figures = _load_tool()
+make_figures = _script('analysis', 'make_figures.py')
+figure_io = _script('analysis', 'figure_io.py')  # the data rows it reads
 
 
 def published_table(page: str, after: str) -> dict:
@@ -72,7 +69,7 @@ def test_scale_figures_draw_the_published_means(name, panel, page, after):
              published_table(page, after))
     for row in rows:
         cells = table[row['name']]
-        mean, std = make_figures.row_stats(row)
+        mean, std = figure_io.row_stats(row)
         for i in range(3):  # x1, x1.5, x2
             want_mean, want_std = mean_std(cells[i])
             places = decimals(cells[i])
@@ -160,13 +157,13 @@ def test_demo_curves_are_the_published_seed_table():
 
 def test_row_stats_is_the_sample_std_over_seeds():
     row = {'seeds': [[1.0, 10.0], [2.0, 10.0], [4.0, 13.0]]}
-    mean, std = make_figures.row_stats(row)
+    mean, std = figure_io.row_stats(row)
     # sample std: n - 1 in the denominator, written out
     assert mean.tolist() == pytest.approx([7 / 3, 11.0])
     assert std.tolist() == pytest.approx(
         [np.sqrt(((1 - 7 / 3)**2 + (2 - 7 / 3)**2 + (4 - 7 / 3)**2) / 2),
          np.sqrt(3.0)])
-    mean, std = make_figures.row_stats({'mean': [0.5], 'std': [0.1]})
+    mean, std = figure_io.row_stats({'mean': [0.5], 'std': [0.1]})
     assert mean.tolist() == [0.5] and std.tolist() == [0.1]
 
 
@@ -225,7 +222,7 @@ def test_decoder_rpb_data_from_the_study_json(tmp_path):
         ('DAB-DETR sine + BoxRPB', True, [0, 1], [[0.2, 0.5], [0.2, 0.4]])]
     assert [r['name'] for r in cond['rows']] == [
         'Cond. DETR sine + point-RPB']
-    mean, std = make_figures.row_stats(dab['rows'][1])
+    mean, std = figure_io.row_stats(dab['rows'][1])
     assert mean.tolist() == pytest.approx([0.2, 0.45])
     assert std.tolist() == pytest.approx([0.0, np.sqrt(0.005)])
 
@@ -243,7 +240,7 @@ def test_decoder_rpb_figure_draws_the_published_curves(panel, header):
     for row in data['rows']:
         cells = table[row['name']]
         assert len(cells) == len(data['epochs'])
-        mean, std = make_figures.row_stats(row)
+        mean, std = figure_io.row_stats(row)
         for i, cell in enumerate(cells):
             if len(row['seeds']) > 1:
                 want_mean, want_std = mean_std(cell)

@@ -18,10 +18,8 @@ import mmdet
 import mmseg
 from mmpe.datasets import generate_synthetic_seg
 
-sys.path.insert(0, osp.dirname(__file__))
-sys.path.insert(0, osp.join(osp.dirname(__file__), '..', 'test_engine'))
-from test_plain_checkpoint_e2e import _stock_open  # noqa: E402
-from test_train_test_e2e import (CONFIG, ROOT, _options,  # noqa: E402,F401
+from test_plain_checkpoint_e2e import _stock_open
+from test_train_test_e2e import (CONFIG, ROOT, _options,  # noqa: F401
                                  tiny_data)
 
 pytestmark = pytest.mark.slow

@@ -25,8 +25,7 @@ import time
 import pytest
 import torch
 
-sys.path.insert(0, osp.dirname(__file__))
-from test_train_test_e2e import (CONFIG, ROOT, _losses,  # noqa: E402,F401
+from test_train_test_e2e import (CONFIG, ROOT, _losses,  # noqa: F401
                                  _options, tiny_data)
 
 pytestmark = pytest.mark.slow

@@ -16,19 +16,17 @@ time), so a second run reads only what changed.
 Exit status: 0 no problems, 2 problems (or a missing annotation file).
 """
 import argparse
-import os.path as osp
 import sys
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.registry import DATASETS, init_default_scope
 
-sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', '..'))
-import mmpe  # noqa: E402,F401  (registers modules)
-from mmpe.datasets.data_check import (DEFAULT_CACHE,  # noqa: E402
-                                      CheckOptions, check_dataset,
-                                      format_report)
-from mmpe.engine.runtime import type_name  # noqa: E402
-from mmpe.utils import DataNotFoundError, check_data_paths  # noqa: E402
+import mmpe  # noqa: F401  (registers modules)
+from mmpe.datasets.data_check import (DEFAULT_CACHE, CheckOptions,
+                                      check_dataset, format_report)
+from mmpe.engine.runtime import type_name
+from mmpe.utils import DataNotFoundError, check_data_paths
+from mmpe.utils.tool_args import add_cfg_options, load_config
 
 SPLITS = ('train', 'val', 'test')
 HOOK_NAMES = ('DatasetCheckHook', 'SegLabelCheckHook')
@@ -51,9 +49,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--max-listed', type=int, default=0,
         help='problems listed per data set (default 0: all)')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings in the config, key=value pairs')
+    add_cfg_options(parser)
     args = parser.parse_args(argv)
     if args.num_workers is not None and args.num_workers < 0:
         parser.error(f'--num-workers must be >= 0, got {args.num_workers}')
@@ -70,9 +66,7 @@ def hook_settings(cfg: Config) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     splits = [s for s in args.splits if cfg.get(f'{s}_dataloader')]
     if 'test' in splits and 'val' in splits and \

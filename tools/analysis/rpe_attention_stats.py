@@ -30,21 +30,18 @@ import copy
 import glob
 import json
 import os.path as osp
-import sys
 from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 
-HERE = osp.dirname(osp.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+import visualize_rpe_attention as vis  # this folder's script
+from mmdet.registry import MODELS
+from mmdet.utils import register_all_modules
+from mmengine.config import Config
+from mmengine.runner import load_checkpoint
 
-import visualize_rpe_attention as vis  # noqa: E402
-from mmdet.registry import MODELS  # noqa: E402
-from mmdet.utils import register_all_modules  # noqa: E402
-from mmengine.config import Config, DictAction  # noqa: E402
-from mmengine.runner import load_checkpoint  # noqa: E402
+from mmpe.utils.tool_args import add_cfg_options, load_config
 
 
 def build(cfg: Config, seed: int):
@@ -119,7 +116,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--images', type=int, default=20,
                         help='the first N images of --img-dir (sorted)')
     parser.add_argument('--out', help='JSON of the results')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    add_cfg_options(parser)
     return parser.parse_args(argv)
 
 
@@ -127,9 +124,7 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     args = parse_args(argv)
     register_all_modules(init_default_scope=True)
     import mmpe  # noqa: F401  (registers mmpe's modules)
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     images = sorted(
         p for p in glob.glob(osp.join(args.img_dir, '*'))
         if p.lower().endswith(('.jpg', '.jpeg', '.png')))[:args.images]

@@ -27,7 +27,6 @@ import argparse
 import os
 import os.path as osp
 import re
-import sys
 from typing import List, Optional, Tuple
 
 import matplotlib
@@ -36,10 +35,6 @@ matplotlib.use('Agg')  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 from mmpe.models.layers.irpe.buckets import get_bucket_ids_2d
 from mmpe.models.layers.irpe.index import (BucketSpec, clip_index,

@@ -27,7 +27,6 @@ import copy
 import math
 import os
 import os.path as osp
-import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
@@ -38,10 +37,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor  # noqa: E402
-
-ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 import mmcv  # noqa: E402
 from mmdet.registry import MODELS  # noqa: E402

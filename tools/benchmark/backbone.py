@@ -53,20 +53,17 @@ starts ``VmHWM`` afresh), not the parent that starts them.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from typing import Dict, List, Optional, Tuple
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
-from mmpe.utils.benchmark_helpers import (  # noqa: E402
-    parse_image_size, resident_mb, write_json)
+from mmpe.utils.bench_env import benchmark_device, benchmark_env, finish_env
+from mmpe.utils.benchmark_helpers import (parse_image_size, resident_mb,
+                                          write_json)
 ARCHS = {'s': 'small', 'b': 'base'}
 ENCODINGS = ('peg', 'learnable', 'sine', 'rope2d', 'rope-mixed', 'irpe',
              'rel-pos')
@@ -289,7 +286,8 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     if args.child:
         print(json.dumps(child(args)))
         return {}
-    load_start = os.getloadavg()
+    # the children's thread count here too, so that the record says it
+    env = benchmark_env(benchmark_device('cpu', args.threads))
     rows = []
     for arch in args.archs:
         for size in args.sizes:
@@ -305,12 +303,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
                                  row=name, **rec))
     summarise(rows)
     result = dict(
-        env=dict(
-            date=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-            machine=platform.processor() or platform.machine(),
-            cpus=os.cpu_count(),
-            load_avg_start=load_start,
-            load_avg_end=os.getloadavg()),
+        env=finish_env(env),
         args={k: v for k, v in vars(args).items()
               if k not in ('child', 'arch', 'size', 'layout', 'encoding',
                            'dtype')},
@@ -318,8 +311,8 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     print(f'depth {args.depth}, window {args.window}, global blocks '
           f'{global_blocks(args.depth)}, batch {args.batch}, '
           f'{args.threads} thread(s), median of {args.repeats} step(s) after '
-          f'{args.warmup} warm-up; load average {load_start} at the start, '
-          f'{result["env"]["load_avg_end"]} at the end')
+          f'{args.warmup} warm-up; load average {env["load_avg_start"]} at '
+          f'the start, {env["load_avg_end"]} at the end')
     print_table(rows)
     if args.out:
         write_json(args.out, result)

@@ -6,7 +6,7 @@ Two parts, one run:
 6-layer DETR encoder at a DETR feature grid (25 x 42 = an 800 x 1333 image at
 stride 32), batch 2, 256 dims, 8 heads, the second image padded at the
 bottom / right (the inputs, timing and medians of
-``tools/benchmark/attention.py``, imported from there). Variants:
+``tools/benchmark/attention.py``: ``bench_measure.py``). Variants:
 
 * ``mmcv MHA`` - mmcv's ``MultiheadAttention`` / mmdet's
   ``DetrTransformerEncoder`` (plain attention, the baseline);
@@ -37,8 +37,9 @@ rounds (every row once per round) of fwd+bwd (``out = call(...)`` then
 FAIL per level): compiled ``ctx product k`` faster than eager, and at most
 1.5 x compiled ``mmcv MHA``.
 
-**Train step** (``train_step``): the quick-start DETR-iRPE
-(``configs/quickstart/detr_irpe_r18_synthetic.py``) ``model.train_step``
+**Train step** (``train_step``, ``compiled_train_step.py``): the quick-start
+DETR-iRPE (``configs/quickstart/detr_irpe_r18_synthetic.py``)
+``model.train_step``
 eager against ``torch.compile(model.train_step)`` as MMEngine's runner does
 for ``compile=True`` (``Runner._maybe_compile``: default arguments, i.e.
 inductor and ``dynamic=None``; ``--backend`` changes the backend), built as
@@ -63,68 +64,41 @@ machine may be shared). Commands::
 """
 import argparse
 import contextlib
-import importlib.util
-import json
-import os
-import platform
 import re
-import statistics
-import sys
-import time
 import warnings
-from datetime import datetime, timezone
 from typing import Dict, List, Optional
 
+import attention_rows as rows_lib
+import bench_measure as bench
 import torch
 import torch._dynamo
 import torch._inductor.config
+from compiled_train_step import MODES, train_step_part
+from mmcv.cnn.bricks.transformer import MultiheadAttention
+from mmdet.models.layers import DetrTransformerEncoder
 from torch import Tensor, nn
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, '..', '..'))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from mmpe.models.detectors import iRPEDetrTransformerEncoder
+from mmpe.models.layers import iRPEMultiheadAttention
+from mmpe.utils.bench_env import (add_device_args, benchmark_device,
+                                  benchmark_env, env_line, finish_env)
+from mmpe.utils.benchmark_helpers import write_json
 
-
-def _sibling(name: str):
-    """The benchmark script ``tools/benchmark/<name>.py`` as a module."""
-    key = f'mmpe_benchmark_{name}'
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            key, os.path.join(HERE, f'{name}.py'))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-bench = _sibling('attention')  # rows, inputs, timing, summaries
-train_bench = _sibling('train_step')  # quick-start model, batches, step
-
-from mmcv.cnn.bricks.transformer import MultiheadAttention  # noqa: E402
-from mmdet.models.layers import DetrTransformerEncoder  # noqa: E402
-
-from mmpe.models.detectors.irpe_encoders import \
-    iRPEDetrTransformerEncoder  # noqa: E402
-from mmpe.models.layers.blocks.irpe_attention import \
-    iRPEMultiheadAttention  # noqa: E402
-
-BASELINE = bench.BASELINE  # 'mmcv MHA'
+BASELINE = rows_lib.BASELINE  # 'mmcv MHA'
 CTX = 'mmpe ctx product k'
 #: variant -> iRPEMultiheadAttention's arguments (None: mmcv / mmdet)
 VARIANTS = {
     BASELINE: None,
     'mmpe no RPE': dict(rpe_cfg=None),
-    CTX: dict(rpe_cfg=bench._rpe_cfg('ctx', 'product'), rpe_on='k'),
+    CTX: dict(rpe_cfg=rows_lib._rpe_cfg('ctx', 'product'), rpe_on='k'),
     'mmpe ctx product k (explicit)': dict(
-        rpe_cfg=bench._rpe_cfg('ctx', 'product'),
+        rpe_cfg=rows_lib._rpe_cfg('ctx', 'product'),
         rpe_on='k',
         attn_impl='explicit'),
     'mmpe bias product k': dict(
-        rpe_cfg=bench._rpe_cfg('bias', 'product'), rpe_on='k'),
+        rpe_cfg=rows_lib._rpe_cfg('bias', 'product'), rpe_on='k'),
     'mmpe RoPE-Mixed': dict(rpe_cfg=None, rope_cfg=dict(type='rope-mixed')),
 }
-MODES = ('eager', 'compiled')
 PARTS = ('layer', 'encoder', 'train_step')
 BACKENDS = ('inductor', 'aot_eager', 'eager')
 #: compiled ctx-k fwd+bwd at most this times compiled mmcv MHA fwd+bwd
@@ -186,16 +160,16 @@ def _module(name: str, level: str, args: argparse.Namespace) -> nn.Module:
     """The layer or encoder of a variant."""
     attn = VARIANTS[name]
     if level == 'layer':
-        common = bench.layer_kwargs(args)
+        common = rows_lib.layer_kwargs(args)
         if attn is None:
             return MultiheadAttention(args.dims, args.heads, **common)
         return iRPEMultiheadAttention(args.dims, args.heads, **common, **attn)
     n = args.encoder_layers
     if attn is None:
         return DetrTransformerEncoder(
-            num_layers=n, layer_cfg=bench.encoder_layer_cfg(args))
+            num_layers=n, layer_cfg=rows_lib.encoder_layer_cfg(args))
     return iRPEDetrTransformerEncoder(
-        num_layers=n, layer_cfg=bench.encoder_layer_cfg(args, **attn))
+        num_layers=n, layer_cfg=rows_lib.encoder_layer_cfg(args, **attn))
 
 
 def row_name(variant: str, level: str, mode: str) -> str:
@@ -301,10 +275,6 @@ def check_aims(recs: List[dict], level: str) -> Dict[str, dict]:
     }
 
 
-def _fmt(v: Optional[float], spec: str) -> str:
-    return '-' if v is None else format(v, spec)
-
-
 def print_table(title: str, recs: List[dict]) -> None:
     print(f'\n{title}')
     head = (f'{"row":<38}{"fwd+bwd ms":>11}{"x":>6}{"c/e":>6}{"fwd ms":>9}'
@@ -314,14 +284,14 @@ def print_table(title: str, recs: List[dict]) -> None:
     print('-' * len(head))
     for r in recs:
         print(f'{r["name"]:<38}'
-              f'{_fmt(r["fwd_bwd_ms"], ".1f"):>11}'
-              f'{_fmt(r["fwd_bwd_time_ratio"], ".2f"):>6}'
-              f'{_fmt(r["fwd_bwd_compiled_over_eager"], ".2f"):>6}'
-              f'{_fmt(r["fwd_ms"], ".1f"):>9}'
-              f'{_fmt(r["fwd_time_ratio"], ".2f"):>6}'
-              f'{_fmt(r["fwd_compiled_over_eager"], ".2f"):>6}'
-              f'{_fmt(r["first_fwd_bwd_s"], ".2f"):>10}'
-              f'{_fmt(r["first_fwd_s"], ".2f"):>10}'
+              f'{bench.fmt(r["fwd_bwd_ms"], ".1f"):>11}'
+              f'{bench.fmt(r["fwd_bwd_time_ratio"], ".2f"):>6}'
+              f'{bench.fmt(r["fwd_bwd_compiled_over_eager"], ".2f"):>6}'
+              f'{bench.fmt(r["fwd_ms"], ".1f"):>9}'
+              f'{bench.fmt(r["fwd_time_ratio"], ".2f"):>6}'
+              f'{bench.fmt(r["fwd_compiled_over_eager"], ".2f"):>6}'
+              f'{bench.fmt(r["first_fwd_bwd_s"], ".2f"):>10}'
+              f'{bench.fmt(r["first_fwd_s"], ".2f"):>10}'
               f'{r["graphs"]:>7}{r["graph_breaks"]:>7}'
               f'{r["max_abs_diff_vs_eager"]:>9.1e}')
 
@@ -363,162 +333,6 @@ def attention_part(level: str, args: argparse.Namespace,
     return res
 
 
-def _error_summary(err: Exception) -> str:
-    """First line of a compile error and the user code it points at."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
-    where = [
-        lines[i + 1].strip() for i, line in enumerate(lines[:-1])
-        if line.startswith('from user code')
-    ]
-    text = f'{type(err).__name__}: {lines[0] if lines else ""}'
-    return text + (f' (at {where[0]})' if where else '')
-
-
-def _build_train_step(cfg: str, device: torch.device):
-    """Model, optimiser wrapper and classes of a config, the parameter
-    groups made plain dicts as ``tools/train.py`` does for every config
-    (``PlainParamGroupsHook``; TorchDynamo needs them to trace
-    ``optimizer.step()``)."""
-    from mmpe.engine.plain_param_groups_hook import plain_param_groups
-    model, optim, num_classes = train_bench.build(cfg, device)
-    plain_param_groups(optim.optimizer)
-    return model, optim, num_classes
-
-
-def _compiled_train_step(cfg: str, backend: str, device: torch.device):
-    """A quick-start model whose ``train_step`` is compiled as
-    ``Runner._maybe_compile`` compiles it for ``compile=True``."""
-    model, optim, _ = _build_train_step(cfg, device)
-    kwargs = {} if backend == 'inductor' else dict(backend=backend)
-    model.train_step = torch.compile(model.train_step, **kwargs)
-    return model, optim
-
-
-def train_step_part(args: argparse.Namespace, device: torch.device) -> dict:
-    """The quick-start train step, eager against ``torch.compile``.
-
-    If the compiled step raises (a frame dynamo cannot convert, which
-    MMEngine's ``compile=True`` does not catch), the error is recorded and
-    the compiled model is rebuilt and run with dynamo's
-    ``suppress_errors=True`` (such frames run eagerly), labelled so.
-    """
-    from mmdet.utils import register_all_modules
-    register_all_modules(init_default_scope=True)
-    import mmpe  # noqa: F401  (registers mmpe's modules)
-    cfg = args.train_config
-    if not os.path.isabs(cfg) and not os.path.exists(cfg):
-        cfg = os.path.join(ROOT, cfg)
-    eager_model, eager_optim, num_classes = _build_train_step(cfg, device)
-    batches = [
-        train_bench.make_batch(args.train_batch, args.min_size,
-                               args.max_size, num_classes, seed)
-        for seed in args.train_seeds
-    ]
-    shapes = [[list(t.shape[-2:]) for t in b['inputs']] for b in batches]
-    padded = [[max(s[0] for s in ss), max(s[1] for s in ss)]
-              for ss in shapes]
-    if len({tuple(p) for p in padded}) != len(padded):
-        raise ValueError(f'`--train-seeds` {args.train_seeds} give batches '
-                         f'of one padded size {padded}; choose other seeds')
-    counters = torch._dynamo.utils.counters
-    torch._dynamo.reset()  # the attention rows' graphs are done with
-    counters.clear()
-    compiled_model, compiled_optim = _compiled_train_step(
-        cfg, args.backend, device)
-    first: Dict[str, List[float]] = {mode: [] for mode in MODES}
-    times = {mode: [[] for _ in batches] for mode in MODES}
-    mmengine_error = failed_after_s = None
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        first['eager'].append(
-            train_bench.step(eager_model, eager_optim, batches[0], device))
-        t0 = time.perf_counter()
-        try:
-            first['compiled'].append(
-                train_bench.step(compiled_model, compiled_optim, batches[0],
-                                 device))
-        except Exception as err:  # noqa: B902  (recorded, then worked around)
-            failed_after_s = time.perf_counter() - t0
-            mmengine_error = _error_summary(err)
-            print(f'compiled train_step failed after {failed_after_s:.1f} '
-                  f's: {mmengine_error}\n-> rebuilt and run with '
-                  'torch._dynamo.config.suppress_errors=True', flush=True)
-            torch._dynamo.reset()
-            counters.clear()
-            compiled_model, compiled_optim = _compiled_train_step(
-                cfg, args.backend, device)
-        models = dict(
-            eager=(eager_model, eager_optim),
-            compiled=(compiled_model, compiled_optim))
-        with torch._dynamo.config.patch(
-                suppress_errors=mmengine_error is not None):
-            # first steps: compile, then recompile for the new size
-            for b, packed in enumerate(batches):
-                for mode, (model, optim) in models.items():
-                    if len(first[mode]) > b:
-                        continue
-                    first[mode].append(
-                        train_bench.step(model, optim, packed, device))
-                    if args.verbose:
-                        print(f'  first {mode} step on batch {b}: '
-                              f'{first[mode][-1]:.1f} s', flush=True)
-            breaks = dict(counters['graph_break'])
-            graphs = int(counters['stats']['unique_graphs'])
-            for r in range(args.train_warmup + args.train_rounds):
-                for b, packed in enumerate(batches):
-                    for mode, (model, optim) in models.items():
-                        t = train_bench.step(model, optim, packed, device)
-                        if r >= args.train_warmup:
-                            times[mode][b].append(t)
-    rows = []
-    for mode in MODES:
-        label = mode if mode == 'eager' or mmengine_error is None else (
-            f'{mode} (suppress_errors)')
-        rows.append(
-            dict(mode=label, first_step_s=first[mode],
-                 median_step_s=[statistics.median(ts) for ts in times[mode]],
-                 steps_s=times[mode]))
-    for row in rows:
-        row['compiled_over_eager'] = [
-            m / e for m, e in zip(row['median_step_s'], rows[0]
-                                  ['median_step_s'])
-        ]
-    res = dict(
-        config=args.train_config,
-        backend=args.backend,
-        mmengine_compile_error=mmengine_error,
-        mmengine_compile_failed_after_s=failed_after_s,
-        batch_image_shapes=shapes,
-        padded_sizes=padded,
-        graphs=graphs,
-        graph_breaks=sum(breaks.values()),
-        graph_break_reasons={
-            k.splitlines()[0][:160]: v
-            for k, v in sorted(breaks.items(), key=lambda kv: -kv[1])[:10]
-        },
-        rows=rows)
-    print(f'\ntrain step of {args.train_config} ({args.train_batch} images '
-          f'a batch, padded to {padded}); backend {args.backend}, '
-          f'dynamic=None; median of {args.train_rounds} round-robin steps '
-          f'after {args.train_warmup} warm-up; {graphs} graphs, '
-          f'{res["graph_breaks"]} graph breaks')
-    head = f'{"mode":<28}' + ''.join(
-        f'{f"1st s b{i}":>11}{f"step s b{i}":>11}{"c/e":>6}'
-        for i in range(len(batches)))
-    print(head)
-    print('-' * len(head))
-    for row in rows:
-        print(f'{row["mode"]:<28}' + ''.join(
-            f'{f:>11.2f}{m:>11.3f}{r:>6.2f}'
-            for f, m, r in zip(row['first_step_s'], row['median_step_s'],
-                               row['compiled_over_eager'])))
-    if mmengine_error:
-        print(f'MMEngine compile=True as is: {mmengine_error}')
-    for reason, n in res['graph_break_reasons'].items():
-        print(f'  graph break x{n}: {reason}')
-    return res
-
-
 def _prewarm(backend: str) -> None:
     """A throwaway compiled fwd+bwd: dynamo's and the backend's one-time
     imports and set-up, so that no row's compile time includes them."""
@@ -536,20 +350,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--parts', nargs='+', default=list(PARTS),
                         choices=PARTS)
-    parser.add_argument('--grid', type=bench._grid, default=(25, 42),
+    parser.add_argument('--grid', type=bench.parse_grid, default=(25, 42),
                         help='feature grid HxW (DETR at 800x1333: 25x42)')
-    parser.add_argument('--batch', type=int, default=2)
-    parser.add_argument('--dims', type=int, default=256)
-    parser.add_argument('--heads', type=int, default=8)
-    parser.add_argument(
-        '--pad', type=float, default=0.1,
-        help='fraction of rows and of columns padded in the last image')
-    parser.add_argument('--dropout', type=float, default=0.0)
-    parser.add_argument('--encoder-layers', type=int, default=6)
-    parser.add_argument('--rounds', type=int, default=7,
-                        help='round-robin timed rounds (median reported)')
-    parser.add_argument('--passes', nargs='+', default=['fwd_bwd', 'fwd'],
-                        choices=['fwd_bwd', 'fwd'])
+    bench.add_layer_args(parser)
     parser.add_argument(
         '--variants', default=None,
         help=f'regex: only these variants ({BASELINE!r} and {CTX!r} always '
@@ -572,20 +375,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--train-warmup', type=int, default=1,
                         help='untimed steps per batch after the first')
     parser.add_argument('--train-rounds', type=int, default=5)
-    parser.add_argument('--device', default='cpu',
-                        help="'cpu', 'cuda' or 'auto' (cuda if present)")
-    parser.add_argument('--threads', type=int, default=None,
-                        help='torch.set_num_threads (default: unchanged)')
+    add_device_args(parser)
     parser.add_argument(
         '--quick', action='store_true',
         help='seconds (tests): 4x5 grid, 32 dims, 4 heads, 1-layer encoder, '
         "1 round, backend 'aot_eager' unless --backend; train step on 2 "
         'images of 64-96 px, no warm-up, 1 round')
-    parser.add_argument(
-        '--profile', default=None, metavar='REGEX',
-        help='also profile (torch.profiler) the fwd+bwd of matching rows')
-    parser.add_argument('--out', help='write the results as JSON here')
-    parser.add_argument('--verbose', action='store_true')
+    bench.add_report_args(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.grid, args.dims, args.heads = (4, 5), 32, 4
@@ -601,25 +397,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
-    device = bench.benchmark_device(args)
-    load = os.getloadavg() if hasattr(os, 'getloadavg') else None
-    env = dict(
-        date=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-        torch=torch.__version__,
-        device=str(device),
-        device_name=(torch.cuda.get_device_name(device)
-                     if device.type == 'cuda' else platform.processor()
-                     or platform.machine()),
-        cpu_count=os.cpu_count(),
-        threads=torch.get_num_threads(),
-        backend=args.backend,
-        cold_cache=args.cold_cache,
-        load_avg_start=load)
-    print(f'torch {env["torch"]} on {device} ({env["device_name"]}), '
-          f'{env["threads"]} threads, load average {load}; backend '
-          f'{args.backend}, dynamic=True; batch {args.batch}, {args.dims} '
-          f'dims, {args.heads} heads; median of {args.rounds} round-robin '
-          'rounds', flush=True)
+    device = benchmark_device(args.device, args.threads)
+    env = benchmark_env(device, backend=args.backend,
+                        cold_cache=args.cold_cache)
+    print(f'{env_line(env)}; backend {args.backend}, dynamic=True; batch '
+          f'{args.batch}, {args.dims} dims, {args.heads} heads; median of '
+          f'{args.rounds} round-robin rounds', flush=True)
     results = dict(env=env, args=dict(vars(args), grid='x'.join(
         str(g) for g in args.grid)))
     caches = (torch._inductor.config.patch(force_disable_caches=True)
@@ -631,20 +414,11 @@ def main(argv: Optional[List[str]] = None) -> dict:
                 results[part] = train_step_part(args, device)
             else:
                 results[part] = attention_part(part, args, device)
-            env['load_avg_end'] = (os.getloadavg()
-                                   if hasattr(os, 'getloadavg') else None)
-            _write(results, args.out)  # after every part: a long run
+            finish_env(env)
+            if args.out:  # after every part: a long run
+                write_json(args.out, results)
     print(f'\nload average at the end {env["load_avg_end"]}')
-    if args.out:
-        print(f'wrote {args.out}')
     return results
-
-
-def _write(results: dict, out: Optional[str]) -> None:
-    if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, 'w') as f:
-            json.dump(results, f, indent=1)
 
 
 if __name__ == '__main__':

@@ -35,6 +35,7 @@ from typing import Callable, Dict, List
 import torch
 
 from mmpe.models.layers.irpe.irpe import iRPE
+from mmpe.utils.bench_env import benchmark_env, finish_env
 
 
 def term_gather(x: torch.Tensor, table: torch.Tensor,
@@ -168,10 +169,11 @@ def main() -> None:
         'than wall time on a shared machine (use with OMP_NUM_THREADS=1)')
     parser.add_argument('--json', help='also write the rows to this file')
     args = parser.parse_args()
+    env = benchmark_env(torch.device('cpu'))
     rows = run(args)
     print(f'grid {args.height}x{args.width}, B={args.batch}, '
           f'H={args.heads}, head_dim={args.head_dim}, '
-          f'threads={torch.get_num_threads()}, fwd+bwd median of '
+          f'threads={env["threads"]}, fwd+bwd median of '
           f'{args.reps}, {args.clock} clock')
     print(f'{"case":<50}{"ms":>9}{"x q@k^T":>10}')
     for row in rows:
@@ -179,7 +181,8 @@ def main() -> None:
               f'{row["ratio"]:>10.2f}')
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump(dict(args=vars(args), rows=rows), f, indent=2)
+            json.dump(dict(env=finish_env(env), args=vars(args), rows=rows),
+                      f, indent=2)
 
 
 if __name__ == '__main__':

@@ -58,25 +58,24 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
-from mmdet.registry import MODELS  # noqa: E402
-from mmdet.testing import demo_mm_inputs  # noqa: E402
-from mmdet.utils import register_all_modules  # noqa: E402
-from mmengine.config import Config, DictAction  # noqa: E402
+from mmdet.registry import MODELS
+from mmdet.testing import demo_mm_inputs
+from mmdet.utils import register_all_modules
+from mmengine.config import Config, DictAction
 from mmengine.hub import get_config  # noqa: E402
-from mmengine.optim import build_optim_wrapper  # noqa: E402
+from mmengine.optim import build_optim_wrapper
 
-from mmpe.utils.benchmark_helpers import (  # noqa: E402
-    parse_image_size, resident_mb, write_json)
+from mmpe.utils.bench_env import (add_device_args, benchmark_device,
+                                  benchmark_env, env_line, finish_env)
+from mmpe.utils.benchmark_helpers import (parse_image_size, resident_mb,
+                                          write_json)
 
 CONFIGS = [
     'configs/quickstart/detr_r18_synthetic.py',
@@ -234,9 +233,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--rounds', type=int, default=10)
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--device', default='cpu',
-                        help="'cpu', 'cuda' or 'auto'")
-    parser.add_argument('--threads', type=int, default=None)
+    add_device_args(parser)
     parser.add_argument('--quick', action='store_true',
                         help='batch 2 of 64-96 px images, 1 warm-up, 2 rounds')
     parser.add_argument('--image-size', type=parse_image_size, default=None,
@@ -329,15 +326,11 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
     register_all_modules(init_default_scope=True)
     import mmpe  # noqa: F401  (registers mmpe's modules)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    dev = args.device
-    if dev == 'auto':
-        dev = 'cuda' if torch.cuda.is_available() else 'cpu'
-    device = torch.device(dev)
+    device = benchmark_device(args.device, args.threads)
     if args.child is not None:
         print(json.dumps(_child_row(args, device)))
         return {}
+    env = benchmark_env(device)
     if args.memory:
         rows = _memory_rows(args, sys.argv[1:] if argv is None else argv)
         batch_shapes, grid = rows[0]['batch_shapes'], rows[0]['grid']
@@ -367,20 +360,13 @@ def main(argv: Optional[List[str]] = None) -> dict:
         if 'peak_mb' in row:
             row['peak_ratio'] = row['peak_mb'] / rows[0]['peak_mb']
             row['step_mb_ratio'] = row['step_mb'] / rows[0]['step_mb']
-    load = os.getloadavg() if hasattr(os, 'getloadavg') else None
     result = dict(
-        env=dict(
-            date=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-            torch=torch.__version__,
-            device=str(device),
-            threads=torch.get_num_threads(),
-            load_avg_end=load),
+        env=finish_env(env),
         args=vars(args),
         batch_shapes=batch_shapes,
         encoder_grid=grid,
         rows=rows)
-    print(f'torch {torch.__version__} on {device}, '
-          f'{torch.get_num_threads()} threads, load average {load}')
+    print(f'{env_line(env)}; {env["load_avg_end"]} at the end')
     print(f'batch of {args.batch} images {result["batch_shapes"]}, last '
           f'feature grid {grid}; median of {args.rounds} steps '
           f'({"one process per config" if args.memory else "interleaved"})')

@@ -99,10 +99,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def generate(generator, args: argparse.Namespace, **extra):
+    """``generator(args.out_dir, ...)`` with the options both data set tools
+    share (and ``extra``); its summary, or None when it refused (data made
+    otherwise, bad values: said on stderr)."""
     try:
-        summary = load_generator().generate_synthetic_coco(
+        return generator(
             args.out_dir,
             num_train=args.num_train,
             num_val=args.num_val,
@@ -111,11 +113,19 @@ def main(argv=None) -> int:
             max_size=args.max_size,
             max_objects=args.max_objects,
             object_hue=args.object_hue,
-            canvas=args.canvas,
             img_format=args.img_format,
-            overwrite=args.overwrite)
+            overwrite=args.overwrite,
+            **extra)
     except (FileExistsError, ValueError) as e:
         print(f'error: {e}', file=sys.stderr)
+        return None
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    summary = generate(load_generator().generate_synthetic_coco, args,
+                       canvas=args.canvas)
+    if summary is None:
         return 2
     if summary.skipped:
         print(f'{args.out_dir}: already generated with these parameters, '

@@ -29,20 +29,9 @@ def _coco_tool():
 def main(argv=None) -> int:
     tool = _coco_tool()
     args = tool.parse_args(argv)
-    try:
-        summary = tool.load_generator().generate_synthetic_seg(
-            args.out_dir,
-            num_train=args.num_train,
-            num_val=args.num_val,
-            seed=args.seed,
-            min_size=args.min_size,
-            max_size=args.max_size,
-            max_objects=args.max_objects,
-            object_hue=args.object_hue,
-            img_format=args.img_format,
-            overwrite=args.overwrite)
-    except (FileExistsError, ValueError) as e:
-        print(f'error: {e}', file=sys.stderr)
+    summary = tool.generate(tool.load_generator().generate_synthetic_seg,
+                            args)
+    if summary is None:
         return 2
     if summary.skipped:
         print(f'{args.out_dir}: images and label maps already generated '

@@ -18,21 +18,20 @@ second padded to half its width)::
 Evaluate the file with ``tools/deployment/test_onnx.py CONFIG model.onnx``.
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
 import torch
-from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 from mmengine.runner import load_checkpoint
 
-sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', '..'))
-import mmpe  # noqa: E402,F401  (registers modules)
-from mmpe.deployment import (check_exportable,  # noqa: E402
-                             export_detector_onnx, max_abs_diff,
-                             onnxruntime_session, run_onnxruntime)
-from mmpe.engine import UNSAFE_LOAD_ENV, safe_checkpoint_loading  # noqa: E402
+import mmpe  # noqa: F401  (registers modules)
+from mmpe.deployment import (check_exportable, export_detector_onnx,
+                             max_abs_diff, onnxruntime_session,
+                             run_onnxruntime)
+from mmpe.engine import safe_checkpoint_loading
+from mmpe.utils.tool_args import (add_cfg_options, add_unsafe_checkpoint,
+                                  load_config)
 
 
 def parse_args(argv=None):
@@ -60,16 +59,8 @@ def parse_args(argv=None):
         '--skip-ort',
         action='store_true',
         help='do not compare onnxruntime against PyTorch')
-    parser.add_argument(
-        '--allow-unsafe-checkpoint',
-        action='store_true',
-        help=f'load a trusted checkpoint that needs full unpickling (sets '
-        f'{UNSAFE_LOAD_ENV}=1)')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings in the config, key=value pairs')
+    add_unsafe_checkpoint(parser)
+    add_cfg_options(parser)
     return parser.parse_args(argv)
 
 
@@ -90,14 +81,14 @@ def default_shape(cfg):
     return tuple(-(-s // divisor) * divisor for s in shape)
 
 
-def build_detector(cfg, checkpoint):
+def build_detector(cfg, checkpoint, allow_unsafe=False):
     from mmdet.registry import MODELS
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     model = MODELS.build(cfg.model)
     if checkpoint == 'none':
         model.init_weights()
     else:
-        with safe_checkpoint_loading():
+        with safe_checkpoint_loading(allow_unsafe):
             load_checkpoint(model, checkpoint, map_location='cpu')
     return model.eval()
 
@@ -114,16 +105,13 @@ def example_inputs(shape, generator=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.allow_unsafe_checkpoint:
-        os.environ[UNSAFE_LOAD_ENV] = '1'
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     if args.checkpoint != 'none' and not osp.isfile(args.checkpoint):
         print(f'error: checkpoint {args.checkpoint!r} does not exist',
               file=sys.stderr)
         return 2
-    model = build_detector(cfg, args.checkpoint)
+    model = build_detector(cfg, args.checkpoint,
+                           args.allow_unsafe_checkpoint)
     try:
         check_exportable(model)
     except ValueError as err:

@@ -22,17 +22,17 @@ import sys
 
 import numpy as np
 import torch
-from mmengine.config import Config, DictAction
 from mmengine.evaluator import Evaluator
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..', '..'))
-import mmpe  # noqa: E402,F401  (registers modules)
-from mmpe.deployment import (INPUT_NAMES, OUTPUT_NAMES,  # noqa: E402
-                             check_exportable, onnxruntime_session)
-from mmpe.utils import (DataNotFoundError, check_data_paths,  # noqa: E402
+import mmpe  # noqa: F401  (registers modules)
+from mmpe.deployment import (INPUT_NAMES, OUTPUT_NAMES, check_exportable,
+                             onnxruntime_session)
+from mmpe.utils import (DataNotFoundError, check_data_paths,
                         fix_worker_settings)
+from mmpe.utils.tool_args import (add_cfg_options, dump_detections,
+                                  load_config)
 
 
 def parse_args(argv=None):
@@ -56,11 +56,7 @@ def parse_args(argv=None):
         help='dump predictions to a pickle file (as tools/test.py --out)')
     parser.add_argument(
         '--out-json', help='also write the metrics to this json file')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings in the config, key=value pairs')
+    add_cfg_options(parser)
     return parser.parse_args(argv)
 
 
@@ -109,9 +105,7 @@ def evaluate(cfg, onnx_file, threads=0):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     if not osp.isfile(args.onnx_file):
         print(f'error: ONNX file {args.onnx_file!r} does not exist',
               file=sys.stderr)
@@ -128,14 +122,11 @@ def main(argv=None):
         print(f'error: {err}', file=sys.stderr)
         return 2
     if args.out is not None:
-        if not args.out.endswith(('.pkl', '.pickle')):
-            print(f'error: --out must be a .pkl or .pickle file, got '
-                  f'{args.out!r}', file=sys.stderr)
+        try:
+            dump_detections(cfg, args.out)
+        except ValueError as err:
+            print(f'error: {err}', file=sys.stderr)
             return 2
-        cfg.test_evaluator = [cfg.test_evaluator] if isinstance(
-            cfg.test_evaluator, dict) else list(cfg.test_evaluator)
-        cfg.test_evaluator.append(
-            dict(type='DumpDetResults', out_file_path=args.out))
     fix_worker_settings(cfg)
     metrics = evaluate(cfg, args.onnx_file, args.threads)
     print(' '.join(f'{k}: {v}' for k, v in metrics.items()))

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, osp.join(osp.dirname(__file__), '..', 'test_tools'))
-from test_train_test_e2e import (CONFIG, _options, _run,  # noqa: E402,F401
+from test_train_test_e2e import (CONFIG, _options, _run,  # noqa: F401
                                  tiny_data)
 
 pytestmark = pytest.mark.slow
