@@ -22,7 +22,7 @@ custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 # The encoder's position encoding, mmpe's one setting (choices in
 # mmpe/models/detectors/encoder_pe.py): mmdet's sine plus contextual iRPE.
 model = dict(
-    type='iRPEConditionalDETR',
+    type='PEConditionalDETR',
     encoder_pe=dict(
         absolute='sine',
         relative=dict(

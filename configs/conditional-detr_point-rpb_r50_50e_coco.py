@@ -16,7 +16,7 @@ custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 # The decoder's relative position bias (choices in
 # mmpe/models/detectors/decoder_pe.py).
 model = dict(
-    type='iRPEConditionalDETR',
+    type='PEConditionalDETR',
     decoder_pe=dict(
         type='point-rpb', hidden=512, offsets='log8', stride=32,
         shared=False))

@@ -18,7 +18,7 @@ custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 # mmpe/models/detectors/encoder_pe.py). theta 10: the authors' RoPE-Mixed
 # frequency base; 256 dims / 8 heads = 32 channels per head.
 model = dict(
-    type='iRPEConditionalDETR',
+    type='PEConditionalDETR',
     encoder_pe=dict(
         absolute='sine',
         relative=dict(type='rope-mixed', theta=10., rotate=True)))

@@ -17,6 +17,6 @@ custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 # The decoder's relative position bias (choices in
 # mmpe/models/detectors/decoder_pe.py).
 model = dict(
-    type='iRPEDABDETR',
+    type='PEDABDETR',
     decoder_pe=dict(
         type='box-rpb', hidden=512, offsets='log8', stride=32, shared=False))

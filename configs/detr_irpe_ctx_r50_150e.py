@@ -28,7 +28,7 @@ rpe_cfg = dict(
     init={{_base_.rpe_table_init}})
 
 model = dict(
-    type='iRPEDETR',
+    type='PEDETR',
     encoder=dict(
         layer_cfg=dict(
             self_attn_cfg=dict(rpe_cfg=rpe_cfg, rpe_on='k'))))

@@ -17,7 +17,7 @@ custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 # The encoder's position encoding, mmpe's one setting (choices in
 # mmpe/models/detectors/encoder_pe.py); 256 dims / 8 heads = 32 per head.
 model = dict(
-    type='iRPEDETR',
+    type='PEDETR',
     encoder_pe=dict(absolute='sine', relative=dict(type='rope-mixed', theta=10., rotate=True)))
 
 # No weight decay on the frequencies, as the RoPE-ViT authors

@@ -17,5 +17,5 @@ custom_imports = dict(imports=['mmpe'], allow_failed_imports=False)
 # The encoder's position encoding, mmpe's one setting (choices in
 # mmpe/models/detectors/encoder_pe.py); 256 dims / 8 heads = 32 per head.
 model = dict(
-    type='iRPEDETR',
+    type='PEDETR',
     encoder_pe=dict(absolute='sine', relative=dict(type='rope2d', theta=100.)))

@@ -24,7 +24,7 @@ _base_ = ['./detr_r18_synthetic.py', '../_base_/irpe_tables/detr.py']
 embed_dims = 256
 ffn_cfg = dict(embed_dims=embed_dims, feedforward_channels=512)
 model = dict(
-    type='iRPEConditionalDETR',
+    type='PEConditionalDETR',
     neck=dict(out_channels=embed_dims),
     positional_encoding=dict(num_feats=embed_dims // 2),
     # the encoder's position encoding (mmpe's one setting, see

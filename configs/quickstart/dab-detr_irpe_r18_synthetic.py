@@ -21,7 +21,7 @@ ffn_cfg = dict(
     ffn_drop=0.0,
     act_cfg=dict(_delete_=True, type='PReLU'))
 model = dict(
-    type='iRPEDABDETR',
+    type='PEDABDETR',
     with_random_refpoints=False,
     num_patterns=0,
     # the encoder's position encoding (mmpe's one setting, see

@@ -11,7 +11,7 @@
 _base_ = ['./detr_r18_synthetic.py', '../_base_/irpe_tables/detr.py']
 
 model = dict(
-    type='iRPEDETR',
+    type='PEDETR',
     encoder=dict(
         layer_cfg=dict(
             self_attn_cfg=dict(

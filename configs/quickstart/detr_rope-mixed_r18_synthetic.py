@@ -10,7 +10,7 @@ _base_ = './detr_r18_synthetic.py'
 # The encoder's position encoding, mmpe's one setting (choices in
 # mmpe/models/detectors/encoder_pe.py); 128 dims / 8 heads = 16 per head.
 model = dict(
-    type='iRPEDETR',
+    type='PEDETR',
     encoder_pe=dict(absolute='sine', relative=dict(type='rope-mixed', theta=10., rotate=True)))
 
 # No weight decay on the frequencies, as the RoPE-ViT authors

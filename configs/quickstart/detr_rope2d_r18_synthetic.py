@@ -10,5 +10,5 @@ _base_ = './detr_r18_synthetic.py'
 # The encoder's position encoding, mmpe's one setting (choices in
 # mmpe/models/detectors/encoder_pe.py); 128 dims / 8 heads = 16 per head.
 model = dict(
-    type='iRPEDETR',
+    type='PEDETR',
     encoder_pe=dict(absolute='sine', relative=dict(type='rope2d', theta=100.)))

@@ -10,7 +10,7 @@ valid ``(h, w)`` as a tensor ``img_shapes`` and builds the same mask with
 tensor ops; every other step is the detector's own method (``extract_feat``,
 ``forward_encoder``, ``pre_decoder``, ``forward_decoder``,
 ``bbox_head.forward``), and mmpe's encoder position encodings come from
-:meth:`~mmpe.models.detectors.iRPEEncoderMixin.encoder_pe_inputs`, the one
+:meth:`~mmpe.models.detectors.PEEncoderMixin.encoder_pe_inputs`, the one
 implementation that the detector's own ``pre_transformer`` also calls. It
 reads each image's valid extent from the feature-level mask built here
 from ``img_shapes``, so normalised RoPE coordinates (DINOv3's) come from
@@ -35,20 +35,20 @@ from torch import Tensor, nn
 
 from mmdet.models.detectors import (DABDETR, DETR, ConditionalDETR,
                                     DeformableDETR, DetectionTransformer)
-from ..models.detectors import (PaddingAwareMixin, iRPEConditionalDETR,
-                                iRPEDABDETR, iRPEDETR, iRPEEncoderMixin)
+from ..models.detectors import (PaddingAwareMixin, PEConditionalDETR,
+                                PEDABDETR, PEDETR, PEEncoderMixin)
 from ..models.detectors.padding_aware import PaddingAwareDETR
 from .onnx_export import export_onnx
 
 #: Detector classes whose tensor forward exports (their subclasses too, as
 #: long as they keep these classes' ``pre_transformer``).
-SUPPORTED_DETECTORS = (DETR, ConditionalDETR, DABDETR, iRPEDETR,
-                       iRPEConditionalDETR, iRPEDABDETR, PaddingAwareDETR)
+SUPPORTED_DETECTORS = (DETR, ConditionalDETR, DABDETR, PEDETR,
+                       PEConditionalDETR, PEDABDETR, PaddingAwareDETR)
 SUPPORTED_NAMES = tuple(cls.__name__ for cls in SUPPORTED_DETECTORS)
 
 #: The pre_transformer implementations the wrapper reproduces.
 _KNOWN_PRE_TRANSFORMERS = (DETR.pre_transformer,
-                           iRPEEncoderMixin.pre_transformer)
+                           PEEncoderMixin.pre_transformer)
 
 INPUT_NAMES = ('images', 'img_shapes')
 OUTPUT_NAMES = ('scores', 'boxes')
@@ -168,7 +168,7 @@ class DETRExportWrapper(nn.Module):
         encoder_inputs_dict = dict(
             feat=feat, feat_mask=masks, feat_pos=pos_embed)
         decoder_inputs_dict = dict(memory_mask=masks, memory_pos=pos_embed)
-        if isinstance(detector, iRPEEncoderMixin):
+        if isinstance(detector, PEEncoderMixin):
             encoder_inputs_dict, decoder_inputs_dict = \
                 detector.encoder_pe_inputs(img_feats, encoder_inputs_dict,
                                            decoder_inputs_dict)

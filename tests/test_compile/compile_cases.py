@@ -42,7 +42,7 @@ class EncoderCall(torch.nn.Module):
     them, from a feature map ``(B, C, h, w)`` and its padding mask
     ``(B, h, w)``: the grid (and the RoPE positions of normalised
     coordinates) are read from the map's shape and the mask inside the
-    call, as :meth:`iRPEEncoderMixin.pre_transformer` does."""
+    call, as :meth:`PEEncoderMixin.pre_transformer` does."""
 
     def __init__(self, detector) -> None:
         super().__init__()

@@ -12,7 +12,7 @@ grid sizes (a padded image in each batch) and must compile exactly once:
 import pytest
 import torch
 
-from mmpe.models.layers import ViTAttention, iRPEMultiheadAttention
+from mmpe.models.layers import ViTAttention, PEMultiheadAttention
 
 #: aot_eager runs the same ATen kernels as eager; only the gradient
 #: accumulation order of the traced backward may differ (float32)
@@ -83,7 +83,7 @@ def _module(case):
     if rpe is not None:
         kwargs['rpe_on'] = case.get('rpe_on', 'k')
         kwargs['rpe_cfg'] = dict(rpe, skip=case.get('skip', 0))
-    return iRPEMultiheadAttention(16, 2, batch_first=True, **kwargs, **impl)
+    return PEMultiheadAttention(16, 2, batch_first=True, **kwargs, **impl)
 
 
 class GridCall(torch.nn.Module):
@@ -218,7 +218,7 @@ def test_dropout_training_compiles_once(impl):
     torch.manual_seed; the default backend at these lengths is explicit,
     whose eager dropout (F.dropout) draws other masks than the op."""
     torch.manual_seed(0)
-    attn = iRPEMultiheadAttention(
+    attn = PEMultiheadAttention(
         16, 2, batch_first=True, attn_drop=0.3, attn_impl=impl, chunk_size=5,
         rpe_on='qkv', rpe_cfg=dict(mode='contextual', method='product',
                                    ratio=1.0, init='xavier'))

@@ -18,7 +18,7 @@ from mmdet.registry import MODELS, TRANSFORMS
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmpe.models.layers import iRPEMultiheadAttention
+from mmpe.models.layers import PEMultiheadAttention
 
 CONFIG = 'configs/detr_irpe_ctx_r50_150e.py'
 #: batches drawn; the compiled test runs every fifth by length (20,
@@ -93,7 +93,7 @@ def _modules():
     for impl in ('explicit', 'flex'):
         torch.manual_seed(0)
         # small channels and heads: the sizes under test are the tokens
-        m = iRPEMultiheadAttention(16, 2, batch_first=True, rpe_cfg=rpe_cfg,
+        m = PEMultiheadAttention(16, 2, batch_first=True, rpe_cfg=rpe_cfg,
                                    rpe_on='k', attn_impl=impl).eval()
         with torch.no_grad():
             m.rpe_k.table.normal_()

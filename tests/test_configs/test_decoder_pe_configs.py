@@ -19,21 +19,21 @@ ROOT = osp.join(osp.dirname(__file__), '..', '..')
 #            iRPE, stride, epochs or None for the quick-start schedule)
 CONFIGS = {
     'configs/dab-detr_box-rpb_r50_50e_coco.py':
-    ('iRPEDABDETR', 'DABDETR', 'box', 6, False, 32, 50),
+    ('PEDABDETR', 'DABDETR', 'box', 6, False, 32, 50),
     'configs/dab-detr_irpe-ctx_box-rpb_r50_50e_coco.py':
-    ('iRPEDABDETR', 'DABDETR', 'box', 6, True, 32, 50),
+    ('PEDABDETR', 'DABDETR', 'box', 6, True, 32, 50),
     'configs/conditional-detr_point-rpb_r50_50e_coco.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', 'point', 6, False, 32, 50),
+    ('PEConditionalDETR', 'ConditionalDETR', 'point', 6, False, 32, 50),
     'configs/conditional-detr_irpe-ctx_point-rpb_r50_50e_coco.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', 'point', 6, True, 32, 50),
+    ('PEConditionalDETR', 'ConditionalDETR', 'point', 6, True, 32, 50),
     'configs/quickstart/dab-detr_box-rpb_r18_synthetic.py':
-    ('iRPEDABDETR', 'DABDETR', 'box', 3, False, 8, None),
+    ('PEDABDETR', 'DABDETR', 'box', 3, False, 8, None),
     'configs/quickstart/dab-detr_irpe_box-rpb_r18_synthetic.py':
-    ('iRPEDABDETR', 'DABDETR', 'box', 3, True, 8, None),
+    ('PEDABDETR', 'DABDETR', 'box', 3, True, 8, None),
     'configs/quickstart/conditional-detr_point-rpb_r18_synthetic.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', 'point', 3, False, 8, None),
+    ('PEConditionalDETR', 'ConditionalDETR', 'point', 3, False, 8, None),
     'configs/quickstart/conditional-detr_irpe_point-rpb_r18_synthetic.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', 'point', 3, True, 8, None),
+    ('PEConditionalDETR', 'ConditionalDETR', 'point', 3, True, 8, None),
 }
 
 

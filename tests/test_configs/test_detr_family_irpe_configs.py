@@ -20,13 +20,13 @@ ROOT = osp.join(osp.dirname(__file__), '..', '..')
 #            epochs or None for the quick-start schedule)
 CONFIGS = {
     'configs/conditional-detr_irpe-ctx_r50_50e_coco.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', 6, 50),
+    ('PEConditionalDETR', 'ConditionalDETR', 6, 50),
     'configs/dab-detr_irpe-ctx_r50_50e_coco.py':
-    ('iRPEDABDETR', 'DABDETR', 6, 50),
+    ('PEDABDETR', 'DABDETR', 6, 50),
     'configs/quickstart/conditional-detr_irpe_r18_synthetic.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', 3, None),
+    ('PEConditionalDETR', 'ConditionalDETR', 3, None),
     'configs/quickstart/dab-detr_irpe_r18_synthetic.py':
-    ('iRPEDABDETR', 'DABDETR', 3, None),
+    ('PEDABDETR', 'DABDETR', 3, None),
 }
 # The authors' DETR code (microsoft/Cream, iRPE/DETR-with-iRPE): Xavier on
 # every transformer matrix (tables included), AdamW weight decay 1e-4 on

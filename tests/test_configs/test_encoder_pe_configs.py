@@ -21,17 +21,17 @@ ROOT = osp.join(osp.dirname(__file__), '..', '..')
 #            (epochs, lr milestones) of mmdet's recipe, or None)
 CONFIGS = {
     'configs/conditional-detr_rope-mixed_r50_50e_coco.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', RoPEMixed, 6, (50, [40])),
+    ('PEConditionalDETR', 'ConditionalDETR', RoPEMixed, 6, (50, [40])),
     'configs/detr_rope2d_r50_150e_coco.py':
-    ('iRPEDETR', 'DETR', RoPE2D, 6, (150, [100])),
+    ('PEDETR', 'DETR', RoPE2D, 6, (150, [100])),
     'configs/detr_rope-mixed_r50_150e_coco.py':
-    ('iRPEDETR', 'DETR', RoPEMixed, 6, (150, [100])),
+    ('PEDETR', 'DETR', RoPEMixed, 6, (150, [100])),
     'configs/quickstart/conditional-detr_rope-mixed_r18_synthetic.py':
-    ('iRPEConditionalDETR', 'ConditionalDETR', RoPEMixed, 3, None),
+    ('PEConditionalDETR', 'ConditionalDETR', RoPEMixed, 3, None),
     'configs/quickstart/detr_rope2d_r18_synthetic.py':
-    ('iRPEDETR', 'DETR', RoPE2D, 3, None),
+    ('PEDETR', 'DETR', RoPE2D, 3, None),
     'configs/quickstart/detr_rope-mixed_r18_synthetic.py':
-    ('iRPEDETR', 'DETR', RoPEMixed, 3, None),
+    ('PEDETR', 'DETR', RoPEMixed, 3, None),
 }
 
 

@@ -244,8 +244,8 @@ def test_unsupported_detector_is_named(config, name, reason):
         check_exportable(model)
     message = str(err.value)
     assert f'Unsupported detector {name} ' in message and reason in message
-    for supported in ('DETR', 'ConditionalDETR', 'DABDETR', 'iRPEDETR',
-                      'iRPEConditionalDETR', 'iRPEDABDETR'):
+    for supported in ('DETR', 'ConditionalDETR', 'DABDETR', 'PEDETR',
+                      'PEConditionalDETR', 'PEDABDETR'):
         assert f"'{supported}'" in message
 
 

@@ -13,7 +13,7 @@ from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
 
 from mmpe.datasets import generate_synthetic_coco
-from mmpe.models.layers import iRPEMultiheadAttention
+from mmpe.models.layers import PEMultiheadAttention
 from mmpe.models.layers.irpe.irpe import iRPE
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
@@ -78,7 +78,7 @@ def test_bucket_cache_stays_bounded_for_50_grid_sizes():
 
 def test_bf16_autocast_attention_close_to_fp32():
     torch.manual_seed(0)
-    m = iRPEMultiheadAttention(
+    m = PEMultiheadAttention(
         64, 4, batch_first=True, rpe_cfg=dict(), rpe_on='qkv').eval()
     with torch.no_grad():
         for name, p in m.named_parameters():

@@ -66,8 +66,8 @@ def test_row_builds_what_it_says(study, name, config, options):
         assert getattr(model, 'decoder_pos', 'sine') in ('sine', 'encoder')
     elif study.startswith('rope_coords'):
         assert type(model).__name__ == (
-            'iRPEConditionalDETR' if study == 'rope_coords_cond' else
-            'iRPEDETR' if 'sine' != name.split()[-1] else 'DETR')
+            'PEConditionalDETR' if study == 'rope_coords_cond' else
+            'PEDETR' if 'sine' != name.split()[-1] else 'DETR')
         assert getattr(model, 'use_abs_pe', True)
         attns = [layer.self_attn for layer in model.encoder.layers]
         ropes = {type(getattr(a, 'rope', None)).__name__ for a in attns}
@@ -106,8 +106,8 @@ def test_row_builds_what_it_says(study, name, config, options):
             assert rel == [None] * 4
     elif study.startswith('decoder_rpb'):
         dab = study == 'decoder_rpb_dab'
-        assert type(model).__name__ == ('iRPEDABDETR' if dab else
-                                        'iRPEConditionalDETR')
+        assert type(model).__name__ == ('PEDABDETR' if dab else
+                                        'PEConditionalDETR')
         assert model.use_abs_pe and model.abs_pe == 'sine'
         assert bool(rpes) == ('iRPE' in name)
         for rpe in rpes:

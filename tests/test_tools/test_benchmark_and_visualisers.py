@@ -164,11 +164,11 @@ def test_attention_benchmark_quick_json(tmp_path):
 def test_attention_benchmark_plain_softmax_is_the_same_layer(add_):
     """The A/B's plain variant computes what the in-place softmax does
     (forward and backward), and only inside its block."""
-    from mmpe.models.layers import iRPEMultiheadAttention
+    from mmpe.models.layers import PEMultiheadAttention
     from mmpe.models.layers.attention import ops as attention_ops
     tool = _tool('benchmark', 'attention_rows.py')
     torch.manual_seed(0)
-    layer = iRPEMultiheadAttention(
+    layer = PEMultiheadAttention(
         16, 2, batch_first=True, rpe_cfg=tool._rpe_cfg('ctx', 'product'),
         rpe_on='k', attn_impl='explicit')
     x = torch.randn(2, 12, 16)

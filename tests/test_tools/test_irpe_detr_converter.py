@@ -19,7 +19,7 @@ from mmdet.structures import DetDataSample
 from mmengine.config import Config
 
 import mmpe  # noqa: F401
-from mmpe.models.layers import iRPEMultiheadAttention
+from mmpe.models.layers import PEMultiheadAttention
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 FIXTURES = osp.join(ROOT, 'tests', 'data', 'irpe_authors')
@@ -315,7 +315,7 @@ def test_table_layouts_match_authors_attention(case):
     converted = conv.convert(
         authors, enc_rpe2d=setting, nheads=heads, log=None)
 
-    attn = iRPEMultiheadAttention(
+    attn = PEMultiheadAttention(
         dims,
         heads,
         batch_first=True,

@@ -7,7 +7,7 @@
 #   `p.dim() > 1`, RPE tables included (microsoft/Cream,
 #   iRPE/DETR-with-iRPE/models/transformer.py); the paper's DETR section says
 #   "All transformer blocks are initialized with Xavier". mmpe's
-#   `iRPEDETR.init_weights` re-draws each table with `init='xavier'` using
+#   `PEDETR.init_weights` re-draws each table with `init='xavier'` using
 #   the fans of the authors' table layout (`iRPE.reset_table`).
 # - Weight decay 1e-4 on every parameter: their `main.py` builds two AdamW
 #   groups (backbone / rest, differing only in lr) with

@@ -20,7 +20,7 @@ from .decoder_pe import DECODER_PE_TYPES, parse_decoder_pe
 
 class DecoderPEMixin:
     """Adds ``decoder_pe`` to a DAB-DETR or Conditional DETR detector
-    (before :class:`~.irpe_encoder_mixin.iRPEEncoderMixin` in the bases).
+    (before :class:`~.encoder_pe_mixin.PEEncoderMixin` in the bases).
 
     Args:
         decoder_pe (None | str | dict): See :mod:`.decoder_pe`.

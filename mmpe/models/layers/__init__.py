@@ -13,7 +13,7 @@ layouts around the core).
 """
 from .attention.core import PEAttention
 from .attention.cross import BiasedConditionalAttention, CrossPEAttention
-from .blocks.irpe_attention import iRPEMultiheadAttention
+from .blocks.multihead_attention import PEMultiheadAttention
 from .blocks.vit_block import Mlp, ViTAttention, ViTBlock
 from .box.box_rpb import AxisBiasTerm, BoxRPB
 from .common.cache import BoundedCache, CacheInfo
@@ -38,10 +38,14 @@ from .windows.window import (merge_windows, partition_grid, unpartition_grid,
                              window_grid, window_key_mask, window_table,
                              window_tokens)
 
+#: the name before the rename (it also carries RoPE, or nothing)
+iRPEMultiheadAttention = PEMultiheadAttention
+
 __all__ = [
     'iRPE', 'piecewise_index', 'clip_index', 'ratio_to_abg',
     'relative_index_1d', 'axis_bucket_tables', 'get_bucket_ids_2d',
-    'get_num_buckets', 'num_buckets_per_table', 'iRPEMultiheadAttention',
+    'get_num_buckets', 'num_buckets_per_table', 'PEMultiheadAttention',
+    'iRPEMultiheadAttention',
     'PEAttention', 'ViTAttention', 'ViTBlock', 'Mlp', 'PEG', 'BoundedCache',
     'CacheInfo', 'SinCosPosEmbed2D', 'build_sincos_pos_embed_2d',
     'resample_pos_embed', 'RoPE2D', 'apply_rope2d', 'build_rope2d',

@@ -1,4 +1,4 @@
-"""iRPE in the encoders of Conditional DETR and DAB-DETR (iRPEEncoderMixin).
+"""iRPE in the encoders of Conditional DETR and DAB-DETR (PEEncoderMixin).
 
 Expected values come from mmdet's plain detectors (ConditionalDETR, DABDETR)
 with the same weights, and from the same encoder run on each image alone.
@@ -17,7 +17,7 @@ from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
 
 import mmpe  # noqa: F401
-from mmpe.models.detectors import iRPEEncoderMixin
+from mmpe.models.detectors import PEEncoderMixin
 from mmpe.models.layers.irpe.irpe import iRPE
 
 from feature_samples import feature_samples
@@ -230,7 +230,7 @@ def test_encoder_without_plain_self_attention_is_refused():
     """Deformable DETR's encoder is multi-scale deformable attention: no
     place for relative terms on one grid."""
 
-    class iRPEDeformableDETR(iRPEEncoderMixin, DeformableDETR):
+    class iRPEDeformableDETR(PEEncoderMixin, DeformableDETR):
         pass
 
     cfg = Config.fromfile(

@@ -1,4 +1,4 @@
-"""iRPEDETR: grid hand-off, equivalence with DETR, losses on mixed sizes."""
+"""PEDETR: grid hand-off, equivalence with DETR, losses on mixed sizes."""
 import copy
 import os.path as osp
 

@@ -21,7 +21,7 @@ from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
 
 import mmpe  # noqa: F401
-from mmpe.models.layers import iRPEMultiheadAttention
+from mmpe.models.layers import PEMultiheadAttention
 from mmpe.models.layers.irpe.irpe import iRPE
 from mmpe.models.layers.encodings.rope_mixed import RoPEMixed
 
@@ -202,7 +202,7 @@ def _attention_loop(layer, x, hw, key_padding_mask, pos=None):
 def test_rotary_attention_equals_loop_reference(rope_cfg):
     torch.manual_seed(0)
     hw, dim, heads = (3, 4), 16, 2
-    layer = iRPEMultiheadAttention(
+    layer = PEMultiheadAttention(
         dim, heads, batch_first=True, rope_cfg=rope_cfg).double()
     x = torch.randn(2, hw[0] * hw[1], dim, dtype=torch.float64,
                     requires_grad=True)
@@ -230,7 +230,7 @@ def test_rotary_attention_at_given_positions_equals_loop_reference(
     padded batch: every image's q and k rotate by its own positions."""
     torch.manual_seed(0)
     hw, dim, heads = (3, 4), 16, 2
-    layer = iRPEMultiheadAttention(
+    layer = PEMultiheadAttention(
         dim, heads, batch_first=True, rope_cfg=rope_cfg).double()
     x = torch.randn(2, 12, dim, dtype=torch.float64, requires_grad=True)
     pos = torch.randn(2, 12, 2, dtype=torch.float64) * 3
@@ -253,7 +253,7 @@ def test_rotary_scores_depend_on_the_offset_only(relative):
     changes with the offset (Heo et al., Eq. 4: R_n^T R_m = R_{m - n})."""
     torch.manual_seed(0)
     hw, dim = (4, 7), 32
-    layer = iRPEMultiheadAttention(
+    layer = PEMultiheadAttention(
         dim, 4, batch_first=True, rope_cfg=dict(type=relative)).eval()
     content = torch.randn(2, dim)
 
@@ -437,7 +437,7 @@ def test_coordinates_in_a_layers_rope_cfg_are_refused():
     the older spelling in the attention config cannot take them."""
     with pytest.raises(ValueError,
                        match=r"\['coords', 'rescale'\].*encoder_pe.relative"):
-        iRPEMultiheadAttention(
+        PEMultiheadAttention(
             32, 4, rope_cfg=dict(type='rope2d', coords='normalized',
                                  rescale=2.))
 

@@ -1,11 +1,11 @@
-"""iRPEMultiheadAttention against mmcv's attention and a loop reference."""
+"""PEMultiheadAttention against mmcv's attention and a loop reference."""
 import math
 
 import pytest
 import torch
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 
-from mmpe.models.layers import iRPEMultiheadAttention
+from mmpe.models.layers import PEMultiheadAttention
 
 # float64 everywhere below: the loop reference and the module then agree to
 # rounding, so the tolerance can stay tight.
@@ -89,7 +89,7 @@ def test_matches_loop_reference_forward_backward(case):
     torch.manual_seed(0)
     hw, skip = (2, 3), case.get('skip', 0)
     n = skip + hw[0] * hw[1]
-    m = iRPEMultiheadAttention(
+    m = PEMultiheadAttention(
         embed_dims=8,
         num_heads=2,
         batch_first=True,
@@ -126,7 +126,7 @@ def test_zero_tables_equal_mmcv_attention(batch_first, rpe_on):
     torch.manual_seed(0)
     ref = MultiheadAttention(
         embed_dims=16, num_heads=4, batch_first=batch_first).eval()
-    m = iRPEMultiheadAttention(
+    m = PEMultiheadAttention(
         embed_dims=16,
         num_heads=4,
         batch_first=batch_first,
@@ -150,7 +150,7 @@ def test_zero_tables_equal_mmcv_attention(batch_first, rpe_on):
 
 def test_padded_keys_stay_masked():
     torch.manual_seed(0)
-    m = iRPEMultiheadAttention(
+    m = PEMultiheadAttention(
         16, 4, batch_first=True, rpe_cfg=dict(), rpe_on='qkv').eval()
     _randomise_tables(m)
     x = torch.randn(1, 12, 16)
@@ -164,7 +164,7 @@ def test_padded_keys_stay_masked():
 
 
 def test_no_rpe_is_plain_attention():
-    m = iRPEMultiheadAttention(16, 4, batch_first=True, rpe_cfg=None)
+    m = PEMultiheadAttention(16, 4, batch_first=True, rpe_cfg=None)
     assert m.rpe_q is None and m.rpe_k is None and m.rpe_v is None
     x = torch.randn(2, 6, 16)
     assert m(x).shape == x.shape  # no grid needed
@@ -182,11 +182,11 @@ def test_no_rpe_is_plain_attention():
 ])
 def test_bad_arguments_raise(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        iRPEMultiheadAttention(**kwargs)
+        PEMultiheadAttention(**kwargs)
 
 
 def test_grid_errors_name_the_numbers():
-    m = iRPEMultiheadAttention(16, 4, batch_first=True, rpe_cfg={})
+    m = PEMultiheadAttention(16, 4, batch_first=True, rpe_cfg={})
     x = torch.randn(1, 12, 16)
     with pytest.raises(ValueError, match='spatial_shape'):
         m(x)

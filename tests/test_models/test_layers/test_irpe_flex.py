@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mmpe.models.layers import PEAttention, iRPE, iRPEMultiheadAttention
+from mmpe.models.layers import PEAttention, iRPE, PEMultiheadAttention
 from mmpe.models.layers.attention import backends, core
 from mmpe.models.layers.attention import ops as attention_ops
 from mmpe.models.layers.attention.backend_rule import AUTO_CHUNKED_FROM
@@ -97,7 +97,7 @@ def test_score_mod_matches_reference(mode, method, on, skip, shared):
 
 def _module(impl, rpe_on='k', **rpe):
     torch.manual_seed(0)
-    m = iRPEMultiheadAttention(
+    m = PEMultiheadAttention(
         32, 4, batch_first=True, rpe_cfg=dict(ratio=1.0, **rpe),
         rpe_on=rpe_on, attn_impl=impl).eval()
     with torch.no_grad():
@@ -171,7 +171,7 @@ def test_flex_is_never_chosen_automatically_on_cpu(eager_flex):
     """The default ('auto') takes FlexAttention only on CUDA: on CPU neither
     inference nor training at a length where it chunks calls it; only
     attn_impl='flex' takes the fused path."""
-    m = iRPEMultiheadAttention(
+    m = PEMultiheadAttention(
         32, 4, batch_first=True, rpe_cfg=dict(ratio=1.0)).eval()
     assert m.attn_impl == 'auto'
     x, pos, mask = _inputs()
@@ -309,7 +309,7 @@ def test_masked_softmax_gradcheck(monkeypatch, inplace):
 
 def test_bad_attn_impl_names_the_choices():
     with pytest.raises(ValueError, match=r"attn_impl.*'fast'.*'explicit'.*'fused'.*'sdpa'.*'flex'"):
-        iRPEMultiheadAttention(32, 4, rpe_cfg={}, attn_impl='fast')
+        PEMultiheadAttention(32, 4, rpe_cfg={}, attn_impl='fast')
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmpe.models.layers import (PEAttention, RoPE2D, ViTAttention,
-                                iRPEMultiheadAttention)
+                                PEMultiheadAttention)
 
 # float64 throughout: the backends sum the same terms in another order
 F64_TOL = dict(atol=1e-10, rtol=1e-9)
@@ -24,7 +24,7 @@ RPES = [
 
 def _mmcv_layout(impl, rpe, rpe_on, skip):
     torch.manual_seed(0)
-    m = iRPEMultiheadAttention(
+    m = PEMultiheadAttention(
         16, 2, batch_first=True, rpe_on=rpe_on, attn_impl=impl,
         rpe_cfg=dict(ratio=1.0, skip=skip, init='xavier', **rpe)).double()
     return m
@@ -38,7 +38,7 @@ def _timm_layout(impl, rpe, rpe_on, skip):
 
 
 def _run(module, x, mask, hw):
-    if isinstance(module, iRPEMultiheadAttention):
+    if isinstance(module, PEMultiheadAttention):
         return module(x, key_padding_mask=mask, spatial_shape=hw)
     return module(x, hw, key_padding_mask=mask)
 

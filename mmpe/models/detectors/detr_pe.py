@@ -1,4 +1,5 @@
-"""DETR with iRPE in every encoder self-attention layer.
+"""DETR with a position encoding (iRPE, RoPE-2D, RoPE-Mixed or none) in
+every encoder self-attention layer.
 
 Wu et al., "Rethinking and Improving Relative Position Encoding for Vision
 Transformer" (ICCV 2021), Sec. 4.4 / Tab. 6: relative position encoding goes
@@ -7,18 +8,17 @@ absolute encoding; the decoder is unchanged.
 """
 from mmdet.models.detectors import DETR
 from mmdet.registry import MODELS
-from .irpe_encoder_mixin import iRPEEncoderMixin
-# the encoder classes lived here before the mixin; kept importable
-from .irpe_encoders import (iRPEDetrTransformerEncoder,  # noqa: F401
-                            iRPEDetrTransformerEncoderLayer)
+from .encoder_pe_mixin import PEEncoderMixin
 
 
-@MODELS.register_module()
-class iRPEDETR(iRPEEncoderMixin, DETR):
-    """DETR whose encoder self-attention layers use iRPE.
+# 'iRPEDETR': the registry name of releases before the rename (configs)
+@MODELS.register_module(name=['PEDETR', 'iRPEDETR'])
+class PEDETR(PEEncoderMixin, DETR):
+    """DETR whose encoder self-attention layers carry a position encoding
+    (``encoder_pe``: iRPE, RoPE-2D, RoPE-Mixed or none).
 
     Same arguments as mmdet's :class:`~mmdet.models.DETR`, and those of
-    :class:`iRPEEncoderMixin`:
+    :class:`PEEncoderMixin`:
 
     - ``encoder.layer_cfg.self_attn_cfg`` accepts ``rpe_cfg`` (arguments of
       :class:`~mmpe.models.layers.iRPE`), ``rpe_on`` and ``attn_impl``;

@@ -20,24 +20,23 @@ from ..layers.encodings.rope_coords import RoPECoords
 from ..layers.encodings.rope_mixed import RoPEMixed
 from ..layers.irpe.irpe import iRPE
 from .encoder_pe import attention_pe_cfg, parse_encoder_pe, rope_coords_cfg
-from .irpe_encoders import (encoder_without_irpe,
-                            iRPEDABDetrTransformerEncoder,
-                            iRPEDetrTransformerEncoder)
+from .pe_encoders import (PEDABDetrTransformerEncoder,
+                          PEDetrTransformerEncoder, encoder_without_pe_args)
 
-#: mmdet detector (subclasses first) -> its encoder with iRPE attention.
-IRPE_ENCODERS = (
-    (DABDETR, iRPEDABDetrTransformerEncoder),
-    (ConditionalDETR, iRPEDetrTransformerEncoder),
-    (DETR, iRPEDetrTransformerEncoder),
+#: mmdet detector (subclasses first) -> its encoder with mmpe's attention.
+PE_ENCODERS = (
+    (DABDETR, PEDABDetrTransformerEncoder),
+    (ConditionalDETR, PEDetrTransformerEncoder),
+    (DETR, PEDetrTransformerEncoder),
 )
-SUPPORTED_DETECTORS = tuple(det.__name__ for det, _ in IRPE_ENCODERS)
+SUPPORTED_DETECTORS = tuple(det.__name__ for det, _ in PE_ENCODERS)
 
 
-class iRPEEncoderMixin:
+class PEEncoderMixin:
     """Puts a relative position encoding (iRPE, RoPE-2D or RoPE-Mixed) into
     every encoder self-attention of an mmdet DETR-family detector, and lets
     the absolute part be sine, learnable or none:
-    ``class iRPEConditionalDETR(iRPEEncoderMixin, ConditionalDETR)``.
+    ``class PEConditionalDETR(PEEncoderMixin, ConditionalDETR)``.
 
     The one setting is ``encoder_pe=dict(absolute=..., relative=...,
     decoder_pos=...)`` (choices in :mod:`.encoder_pe`), e.g.
@@ -49,7 +48,7 @@ class iRPEEncoderMixin:
     - ``encoder.layer_cfg.self_attn_cfg`` accepts ``rpe_cfg`` (arguments of
       :class:`~mmpe.models.layers.iRPE`), ``rpe_on`` and ``attn_impl``; the
       encoder's mmcv attentions become
-      :class:`~mmpe.models.layers.iRPEMultiheadAttention` (same parameter
+      :class:`~mmpe.models.layers.PEMultiheadAttention` (same parameter
       names: the plain detector's state dict loads with only the
       ``rpe_*.table`` entries missing; zero tables give the plain
       detector's outputs), and ``rope_cfg`` (2D RoPE of q and k, its
@@ -110,7 +109,7 @@ class iRPEEncoderMixin:
             *args, positional_encoding=positional_encoding, **kwargs)
 
     def _irpe_encoder_class(self, relative=None) -> type:
-        for detector, encoder in IRPE_ENCODERS:
+        for detector, encoder in PE_ENCODERS:
             if isinstance(self, detector):
                 return encoder
         attn_cfg = self.encoder['layer_cfg']['self_attn_cfg']
@@ -129,7 +128,7 @@ class iRPEEncoderMixin:
         # without mmpe's arguments, its plain encoder replaced
         encoder_cfg = self.encoder
         encoder = self._irpe_encoder_class()(**encoder_cfg)
-        self.encoder = encoder_without_irpe(encoder_cfg)
+        self.encoder = encoder_without_pe_args(encoder_cfg)
         super()._init_layers()
         # mmdet's forward of the encoder it built is the one that runs
         assert isinstance(encoder, type(self.encoder))

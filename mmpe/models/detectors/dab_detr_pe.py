@@ -1,4 +1,5 @@
-"""DAB-DETR with iRPE in every encoder self-attention layer.
+"""DAB-DETR with a position encoding (iRPE, RoPE-2D, RoPE-Mixed or none) in
+every encoder self-attention layer.
 
 Liu et al., "DAB-DETR: Dynamic Anchor Boxes are Better Queries for DETR"
 (ICLR 2022): the encoder is DETR's plain multi-head self-attention, with the
@@ -11,18 +12,20 @@ box-to-pixel relative position bias (Lin et al., ICCV 2023).
 from mmdet.models.detectors import DABDETR
 from mmdet.registry import MODELS
 from .decoder_pe_mixin import DecoderPEMixin
-from .irpe_encoder_mixin import iRPEEncoderMixin
+from .encoder_pe_mixin import PEEncoderMixin
 
 
-@MODELS.register_module()
-class iRPEDABDETR(DecoderPEMixin, iRPEEncoderMixin, DABDETR):
-    """DAB-DETR whose encoder self-attention layers use iRPE.
+# 'iRPEDABDETR': the registry name before the rename (configs)
+@MODELS.register_module(name=['PEDABDETR', 'iRPEDABDETR'])
+class PEDABDETR(DecoderPEMixin, PEEncoderMixin, DABDETR):
+    """DAB-DETR whose encoder self-attention layers carry a position
+    encoding (``encoder_pe``: iRPE, RoPE-2D, RoPE-Mixed or none).
 
     Same arguments as mmdet's :class:`~mmdet.models.DABDETR`, with
     ``encoder.layer_cfg.self_attn_cfg`` taking ``rpe_cfg``, ``rpe_on`` and
     ``attn_impl``, and ``positional_encoding=None`` for no sine encoding
-    (see :class:`iRPEEncoderMixin`); the encoder is
-    :class:`iRPEDABDetrTransformerEncoder` (DAB-DETR's position scaling
+    (see :class:`PEEncoderMixin`); the encoder is
+    :class:`PEDABDetrTransformerEncoder` (DAB-DETR's position scaling
     kept). A DABDETR state dict loads with only the RPE tables missing; with
     zero tables the outputs are DABDETR's.
 

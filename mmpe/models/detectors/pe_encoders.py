@@ -1,11 +1,12 @@
-"""DETR-family encoders whose self-attention is :class:`iRPEMultiheadAttention`.
+"""DETR-family encoders whose self-attention is :class:`PEMultiheadAttention`.
 
 The encoders of DETR, Conditional DETR (the same class) and DAB-DETR stack
 mmdet's plain :class:`~mmdet.models.layers.DetrTransformerEncoderLayer`;
 here each layer's mmcv ``MultiheadAttention`` is replaced by
-:class:`~mmpe.models.layers.iRPEMultiheadAttention`, which has the same
+:class:`~mmpe.models.layers.PEMultiheadAttention`, which has the same
 parameter names (plain checkpoints load with only the ``rpe_*.table``
-entries missing) and adds the iRPE terms of Wu et al., ICCV 2021, Eq. 13-17.
+entries missing) and adds the iRPE terms of Wu et al., ICCV 2021, Eq. 13-17,
+or rotates queries and keys with 2D RoPE, or adds nothing.
 The token grid reaches every attention as the keyword ``spatial_shape``
 through the encoders' and layers' ``**kwargs``.
 """
@@ -17,35 +18,34 @@ from mmdet.models.layers import (DABDetrTransformerEncoder,
                                  DetrTransformerEncoder,
                                  DetrTransformerEncoderLayer)
 from mmdet.models.layers.transformer.utils import MLP
-from ..layers.blocks.irpe_attention import iRPEMultiheadAttention
+from ..layers.blocks.multihead_attention import PEMultiheadAttention
 
-#: The arguments iRPEMultiheadAttention takes beyond mmcv's attention.
-IRPE_ATTN_KEYS = ('rpe_cfg', 'rpe_on', 'attn_impl', 'chunk_size',
-                  'rope_cfg')
+#: The arguments PEMultiheadAttention takes beyond mmcv's attention.
+PE_ATTN_KEYS = ('rpe_cfg', 'rpe_on', 'attn_impl', 'chunk_size', 'rope_cfg')
 
 
-def without_irpe(attn_cfg: Dict) -> Dict:
+def without_pe_args(attn_cfg: Dict) -> Dict:
     """An attention config without mmpe's arguments, for the mmcv attention
     that mmdet builds before mmpe swaps it out."""
-    return {k: v for k, v in attn_cfg.items() if k not in IRPE_ATTN_KEYS}
+    return {k: v for k, v in attn_cfg.items() if k not in PE_ATTN_KEYS}
 
 
-def encoder_without_irpe(encoder_cfg: Dict) -> Dict:
+def encoder_without_pe_args(encoder_cfg: Dict) -> Dict:
     """An encoder config whose self-attention config is
-    :func:`without_irpe`'s, for the plain encoder a detector builds."""
+    :func:`without_pe_args`'s, for the plain encoder a detector builds."""
     layer_cfg = encoder_cfg['layer_cfg']
     return dict(
         encoder_cfg,
         layer_cfg=dict(
             layer_cfg,
-            self_attn_cfg=without_irpe(layer_cfg['self_attn_cfg'])))
+            self_attn_cfg=without_pe_args(layer_cfg['self_attn_cfg'])))
 
 
-class iRPEDetrTransformerEncoderLayer(DetrTransformerEncoderLayer):
+class PEDetrTransformerEncoderLayer(DetrTransformerEncoderLayer):
     """DETR encoder layer whose self-attention is
-    :class:`iRPEMultiheadAttention`.
+    :class:`PEMultiheadAttention`.
 
-    ``self_attn_cfg`` takes iRPEMultiheadAttention's arguments (``rpe_cfg``,
+    ``self_attn_cfg`` takes PEMultiheadAttention's arguments (``rpe_cfg``,
     ``rpe_on``, ``attn_impl`` besides mmcv's); the token grid reaches the
     attention as the keyword ``spatial_shape`` through the layer's
     ``**kwargs``.
@@ -53,44 +53,43 @@ class iRPEDetrTransformerEncoderLayer(DetrTransformerEncoderLayer):
 
     def _init_layers(self) -> None:
         # mmdet's layer (its attention built without mmpe's arguments),
-        # then iRPEMultiheadAttention in place of mmcv's: same parameter
+        # then PEMultiheadAttention in place of mmcv's: same parameter
         # names, so plain state dicts load
         cfg = self.self_attn_cfg
-        self.self_attn_cfg = without_irpe(cfg)
+        self.self_attn_cfg = without_pe_args(cfg)
         super()._init_layers()
         self.self_attn_cfg = cfg
-        self.self_attn = iRPEMultiheadAttention(**cfg)
+        self.self_attn = PEMultiheadAttention(**cfg)
 
 
-class iRPEEncoderLayersMixin:
+class PEEncoderLayersMixin:
     """Builds an encoder's ``layers`` from
-    :class:`iRPEDetrTransformerEncoderLayer` (for subclasses of mmdet's
+    :class:`PEDetrTransformerEncoderLayer` (for subclasses of mmdet's
     :class:`DetrTransformerEncoder`)."""
 
-    def _init_irpe_layers(self) -> None:
+    def _init_pe_layers(self) -> None:
         if self.num_cp > 0:
             raise ValueError(
                 f'`num_cp` (activation checkpointing) is not supported by '
-                f'the iRPE encoder, got {self.num_cp}; use 0 or -1')
+                f'the encoder of mmpe, got {self.num_cp}; use 0 or -1')
         self.layers = ModuleList([
-            iRPEDetrTransformerEncoderLayer(**self.layer_cfg)
+            PEDetrTransformerEncoderLayer(**self.layer_cfg)
             for _ in range(self.num_layers)
         ])
         self.embed_dims = self.layers[0].embed_dims
 
 
-class iRPEDetrTransformerEncoder(iRPEEncoderLayersMixin,
-                                 DetrTransformerEncoder):
+class PEDetrTransformerEncoder(PEEncoderLayersMixin, DetrTransformerEncoder):
     """Encoder of DETR and Conditional DETR made of
-    :class:`iRPEDetrTransformerEncoderLayer`."""
+    :class:`PEDetrTransformerEncoderLayer`."""
 
     def _init_layers(self) -> None:
-        self._init_irpe_layers()
+        self._init_pe_layers()
 
 
-class iRPEDABDetrTransformerEncoder(iRPEEncoderLayersMixin,
-                                    DABDetrTransformerEncoder):
-    """Encoder of DAB-DETR made of :class:`iRPEDetrTransformerEncoderLayer`.
+class PEDABDetrTransformerEncoder(PEEncoderLayersMixin,
+                                  DABDetrTransformerEncoder):
+    """Encoder of DAB-DETR made of :class:`PEDetrTransformerEncoderLayer`.
 
     mmdet's forward is kept: before each layer, the absolute encoding is
     scaled by ``query_scale(query)`` (DAB-DETR's per-token MLP), and the
@@ -99,6 +98,6 @@ class iRPEDABDetrTransformerEncoder(iRPEEncoderLayersMixin,
 
     def _init_layers(self) -> None:
         # the layers, then DAB-DETR's scale MLP, in mmdet's order
-        self._init_irpe_layers()
+        self._init_pe_layers()
         self.query_scale = MLP(self.embed_dims, self.embed_dims,
                                self.embed_dims, 2)

@@ -1,4 +1,5 @@
-"""Conditional DETR with iRPE in every encoder self-attention layer.
+"""Conditional DETR with a position encoding (iRPE, RoPE-2D, RoPE-Mixed or
+none) in every encoder self-attention layer.
 
 Meng et al., "Conditional DETR for Fast Training Convergence" (ICCV 2021)
 keeps DETR's encoder (plain multi-head self-attention over the flattened
@@ -10,17 +11,19 @@ box-to-pixel relative position bias (Lin et al., ICCV 2023).
 from mmdet.models.detectors import ConditionalDETR
 from mmdet.registry import MODELS
 from .decoder_pe_mixin import DecoderPEMixin
-from .irpe_encoder_mixin import iRPEEncoderMixin
+from .encoder_pe_mixin import PEEncoderMixin
 
 
-@MODELS.register_module()
-class iRPEConditionalDETR(DecoderPEMixin, iRPEEncoderMixin, ConditionalDETR):
-    """Conditional DETR whose encoder self-attention layers use iRPE.
+# 'iRPEConditionalDETR': the registry name before the rename (configs)
+@MODELS.register_module(name=['PEConditionalDETR', 'iRPEConditionalDETR'])
+class PEConditionalDETR(DecoderPEMixin, PEEncoderMixin, ConditionalDETR):
+    """Conditional DETR whose encoder self-attention layers carry a
+    position encoding (``encoder_pe``: iRPE, RoPE-2D, RoPE-Mixed or none).
 
     Same arguments as mmdet's :class:`~mmdet.models.ConditionalDETR`, with
     ``encoder.layer_cfg.self_attn_cfg`` taking ``rpe_cfg``, ``rpe_on`` and
     ``attn_impl``, and ``positional_encoding=None`` for no sine encoding
-    (see :class:`iRPEEncoderMixin`). A ConditionalDETR state dict loads with
+    (see :class:`PEEncoderMixin`). A ConditionalDETR state dict loads with
     only the RPE tables missing; with zero tables the outputs are
     ConditionalDETR's.
 

@@ -23,8 +23,10 @@ from ..encodings.rope_mixed import RoPEMixed
 ROPE_TYPES = {'rope2d': RoPE2D, 'rope-mixed': RoPEMixed}
 
 
-@MODELS.register_module()
-class iRPEMultiheadAttention(PEAttention):
+# 'iRPEMultiheadAttention': the registry name before the rename (configs)
+@MODELS.register_module(
+    name=['PEMultiheadAttention', 'iRPEMultiheadAttention'])
+class PEMultiheadAttention(PEAttention):
     """Multi-head attention with iRPE on queries, keys and/or values, or 2D
     RoPE on queries and keys.
 
@@ -88,7 +90,7 @@ class iRPEMultiheadAttention(PEAttention):
             dropout_layer = dict(type='Dropout', drop_prob=attn_drop)
         if kwargs:
             raise ValueError(f'Unexpected arguments {sorted(kwargs)} for '
-                             'iRPEMultiheadAttention')
+                             'PEMultiheadAttention')
         super().__init__(
             embed_dims,
             num_heads,
