@@ -11,6 +11,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from .arg_checks import check_int
+
 #: allocator and threading knobs that change CPU timings (page faults of
 #: fresh large buffers, OpenMP threads)
 TIMING_ENV_VARS = ('OMP_NUM_THREADS', 'THP_MEM_ALLOC_ENABLE', 'LD_PRELOAD')
@@ -40,9 +42,7 @@ def benchmark_device(device: str = 'cpu',
         raise ValueError(f'device {device!r}: choose from {DEVICES} (cuda '
                          'may name an index, cuda:1)')
     if threads is not None:
-        if type(threads) is not int or threads < 1:
-            raise ValueError(f'threads must be a positive int, got '
-                             f'{threads!r}')
+        check_int('threads', threads)
         torch.set_num_threads(threads)
     if device == 'auto':
         device = 'cuda' if torch.cuda.is_available() else 'cpu'

@@ -44,8 +44,9 @@ def test_device_and_threads():
 
 @pytest.mark.parametrize('device, threads, words', [
     ('gpu', None, "device 'gpu': choose from ('cpu', 'cuda', 'auto')"),
-    ('cpu', 0, 'threads must be a positive int, got 0'),
-    ('cpu', 2.0, 'threads must be a positive int, got 2.0'),
+    ('cpu', 0, 'Unsupported `threads` 0, please choose an int > 0'),
+    ('cpu', 2.0, 'Unsupported `threads` 2.0, please choose an int > 0'),
+    ('cpu', True, 'Unsupported `threads` True (a bool), please choose an int'),
 ])
 def test_bad_arguments_are_named(device, threads, words):
     with pytest.raises(ValueError) as err:
