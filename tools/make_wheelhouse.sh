@@ -58,7 +58,12 @@ echo "[wheelhouse] build tools, the runtime, test and Triton requirements"
 # mmcv's build needs (mmcv 2.1.0's setup.py: addict, packaging, pillow,
 # pyyaml, yapf, opencv; mmengine's: termcolor, rich...) come with mmengine
 echo "[wheelhouse] mmcv 2.1.0 source (compiled on the node)"
-"$PYTHON" -m pip download -q -d "$DEST" --no-deps --no-binary :all: "mmcv==2.1.0"
+# pip reads the source's metadata in an isolated build environment, where
+# mmcv 2.1.0's setup.py needs pkg_resources (setuptools < 70): the
+# constraint reaches that environment through PIP_CONSTRAINT
+echo "setuptools<70" >> "$CONSTRAINTS"
+PIP_CONSTRAINT="$CONSTRAINTS" "$PYTHON" -m pip download -q -d "$DEST" \
+    --no-deps --no-binary :all: "mmcv==2.1.0"
 count=$(find "$DEST" -maxdepth 1 -type f | wc -l)
 echo "[wheelhouse] $DEST: $count files, $(du -sh "$DEST" | cut -f1)"
 echo "[wheelhouse] on the node: MMPE_WHEELHOUSE=$DEST bash tools/setup_env.sh tests"

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from mmpe.models.layers import AxisValues, PEAttention, RoPE2D, ViTAttention
-from mmpe.models.layers.attention import backends, core
+from mmpe.models.layers.attention import core
+from mmpe.models.layers.attention.backends import fused_cpu
 from mmpe.models.layers.attention import fused as fused_module
 from mmpe.models.layers.attention.fused import (fused_attention,
                                                 fused_unavailable_reason)
@@ -73,13 +74,13 @@ class _Count:
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        real = core.fused_attention
+        real = fused_cpu.fused_attention
 
         def counted(*args, **kwargs):
             self.calls += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(core, 'fused_attention', counted)
+        monkeypatch.setattr(fused_cpu, 'fused_attention', counted)
 
 
 # ---------------------------------------------------------------- kernel
@@ -481,7 +482,7 @@ def test_auto_runs_the_kernel(monkeypatch):
 def test_without_the_kernel_the_other_backends_run(monkeypatch):
     """An installation without the compiled kernel: 'auto' keeps the
     earlier rule and 'fused' falls back to chunked, naming why."""
-    monkeypatch.setattr(backends, 'fused_unavailable_reason',
+    monkeypatch.setattr(fused_cpu, 'fused_unavailable_reason',
                         lambda: 'the compiled kernel mmpe._ext is not built')
     count = _Count(monkeypatch)
     cfg = dict(mode='contextual', method='product', ratio=1.0, init='xavier')

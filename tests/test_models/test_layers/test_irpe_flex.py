@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from mmpe.models.layers import PEAttention, iRPE, PEMultiheadAttention
-from mmpe.models.layers.attention import backends, core
+from mmpe.models.layers.attention import core
+from mmpe.models.layers.attention.backends import choice
+from mmpe.models.layers.attention.backends import flex as flex_backend
 from mmpe.models.layers.attention import ops as attention_ops
 from mmpe.models.layers.attention.backend_rule import AUTO_CHUNKED_FROM
 from mmpe.models.layers.attention.flex import (FLEX_AVAILABLE,
@@ -126,7 +128,7 @@ def eager_flex(monkeypatch):
         calls.append(args)
         return irpe_flex_attention(*args, **kwargs, compiled=False)
 
-    monkeypatch.setattr(backends, 'irpe_flex_attention', spy)
+    monkeypatch.setattr(flex_backend, 'irpe_flex_attention', spy)
     return calls
 
 
@@ -273,7 +275,7 @@ def test_compile_failure_falls_back_once(monkeypatch):
         calls.append(1)
         raise RuntimeError('no C++ compiler')
 
-    monkeypatch.setattr(backends, 'irpe_flex_attention', broken)
+    monkeypatch.setattr(flex_backend, 'irpe_flex_attention', broken)
     x, pos, mask = _inputs()
     m = _module('flex')
     with torch.no_grad():
@@ -405,15 +407,15 @@ def test_cuda_auto_trains_without_flex(monkeypatch, free):
     (its backward failed to compile for most settings on an H100, PyTorch
     2.11), equal to the explicit backend."""
     calls = []
-    real = backends.irpe_flex_attention
+    real = flex_backend.irpe_flex_attention
 
     def spy(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(backends, 'irpe_flex_attention', spy)
+    monkeypatch.setattr(flex_backend, 'irpe_flex_attention', spy)
     if free is not None:
-        monkeypatch.setattr(core, 'cuda_free_bytes', lambda dev: free)
+        monkeypatch.setattr(choice, 'cuda_free_bytes', lambda dev: free)
     grid = (32, AUTO_CHUNKED_FROM // 32)
     explicit, _ = _cores('qk', 'contextual', 'product', 0, True)
     torch.manual_seed(0)

@@ -19,7 +19,10 @@ import pytest
 import torch
 
 from mmpe.models.layers import AxisValues, PEAttention
-from mmpe.models.layers.attention import backend_rule, core
+from mmpe.models.layers.attention import backend_rule
+from mmpe.models.layers.attention.backends import (ATTENTION_BACKENDS,
+                                                   AttentionRequest, choice,
+                                                   fused_cuda)
 from mmpe.models.layers.attention.backend_rule import (AttentionCall,
                                                        auto_backend)
 from mmpe.models.layers.attention.cross import CrossPEAttention
@@ -293,8 +296,8 @@ def _attend(module, grid, skip, dtype, route_fused, monkeypatch):
     """Output and the gradients of q, k, v and every parameter of one
     call of ``module`` on ``DEVICE`` (``route_fused``: its ``'fused'``
     backend is the Triton kernel also on CPU, as on CUDA)."""
-    if route_fused and DEVICE == 'cpu':
-        monkeypatch.setattr(core, 'fused_attention', triton_attention)
+    if route_fused and DEVICE == 'cpu':  # the CUDA backend, interpreted
+        monkeypatch.setattr(choice, 'fused_backend', lambda _: 'fused-cuda')
     g = torch.Generator().manual_seed(9)
     n = skip + grid[0] * grid[1]
     module = module.to(DEVICE, dtype)
@@ -388,10 +391,12 @@ def test_box_rpb_cross_attention_equals_explicit():
 
 
 # ------------------------------------------------------- the choice of it
-def _cuda_like(dtype=torch.float32, head_dim=16):
-    """What the reason reads of CUDA queries (no GPU here)."""
-    return types.SimpleNamespace(device=torch.device('cuda'), dtype=dtype,
-                                 shape=(2, 2, 16, head_dim))
+def _cuda_request(terms, dtype=torch.float32, head_dim=16, dropout=0.0):
+    """A request with what the reasons read of CUDA queries (device, dtype,
+    shape; no GPU here)."""
+    q = types.SimpleNamespace(device=torch.device('cuda'), dtype=dtype,
+                              shape=(2, 2, 16, head_dim))
+    return AttentionRequest(q, q, q, 1.0, list(terms), dropout_p=dropout)
 
 
 def test_the_auto_rule_picks_it_on_cuda():
@@ -411,29 +416,31 @@ def test_the_auto_rule_picks_it_on_cuda():
 
 def test_cuda_reasons_name_what_the_kernel_does_not_take():
     """The fallback's warning names why: a dtype, a head dim, attention
-    dropout while training, a term without per-axis buckets; None where
-    it applies (Triton installed)."""
+    dropout, a term without per-axis buckets; None where it applies
+    (Triton installed); 'fused' is the Triton kernel on CUDA only."""
     assert triton_unavailable_reason(torch.device('cuda')) is None
+    assert choice.fused_backend('cuda') == 'fused-cuda'
+    assert choice.fused_backend('cpu') == 'fused-cpu'
+    cuda, cpu = ATTENTION_BACKENDS['fused-cuda'], ATTENTION_BACKENDS[
+        'fused-cpu']
     cfg = dict(mode='contextual', method='product', init='xavier')
-    module = PEAttention(16, 2, rpe_cfg=cfg, rpe_on='k', attn_drop=0.1)
+    module = PEAttention(16, 2, rpe_cfg=cfg, rpe_on='k')
     qs = torch.randn(2, 2, 12, 8)
     terms = module.relative_terms(qs, None, 3, 4)
-    assert module.eval()._fused_reason(_cuda_like(), terms) is None
     for dtype in TRITON_DTYPES:
-        assert module._fused_reason(_cuda_like(dtype), terms) is None
-    assert 'float64' in module._fused_reason(_cuda_like(torch.float64),
-                                             terms)
-    assert 'head dim 512' in module._fused_reason(
-        _cuda_like(head_dim=512), terms)
-    assert 'dropout' in module.train()._fused_reason(_cuda_like(), terms)
-    assert 'per-axis' in module.eval()._fused_reason(
-        _cuda_like(), terms + [types.SimpleNamespace(axis_layout=None,
-                                                     axis_on='k')])
-    # the CPU kernel does not take queries off the grid
+        assert cuda.reason(_cuda_request(terms, dtype)) is None
+    assert 'float64' in cuda.reason(_cuda_request(terms, torch.float64))
+    assert 'head dim 512' in cuda.reason(_cuda_request(terms, head_dim=512))
+    assert 'dropout' in cuda.reason(_cuda_request(terms, dropout=0.1))
+    plain = types.SimpleNamespace(axis_layout=None, axis_on='k')
+    assert 'per-axis' in cuda.reason(_cuda_request(terms + [plain]))
+    # the CPU kernel does not take queries off the grid, the Triton one does
     box = types.SimpleNamespace(axis_layout='cross', axis_on='k',
-                                axis_query_grid=False)
-    assert 'off the grid' in module._fused_reason(qs, [box])
-    assert module._fused_reason(_cuda_like(), [box]) is None
+                                axis_query_grid=False, target='logits')
+    assert 'off the grid' in cpu.reason(AttentionRequest(qs, qs, qs, 1.0,
+                                                         [box]))
+    assert cuda.reason(_cuda_request([box])) is None
+    assert 'runs on CPU' in cpu.reason(_cuda_request(terms))
 
 
 def test_a_setting_it_does_not_take_falls_back_with_the_reason(monkeypatch):
@@ -443,7 +450,8 @@ def test_a_setting_it_does_not_take_falls_back_with_the_reason(monkeypatch):
     module = PEAttention(16, 2, rpe_cfg=cfg, rpe_on='k', attn_drop=0.1,
                          attn_impl='fused')
     called = []
-    monkeypatch.setattr(core, 'fused_attention',
+    monkeypatch.setattr(choice, 'fused_backend', lambda _: 'fused-cuda')
+    monkeypatch.setattr(fused_cuda, 'triton_attention',
                         lambda *a, **k: called.append(1))
     q = torch.randn(1, 2, 12, 8, requires_grad=True)
     with pytest.warns(UserWarning, match='falls back to the chunked backend'

@@ -25,6 +25,7 @@ its projections, so masks,
 skip tokens, dropout and the backends below exist once.
 """
 import math
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -38,21 +39,20 @@ from ..decomposed.rel_pos import DecomposedRelPos
 from ..encodings.rope2d import apply_rope2d
 from ..irpe.irpe import iRPE
 from ..terms.relative_term import RelativeTerm
-from .backend_rule import AttentionCall, cuda_free_bytes
-from .backends import AttentionBackends
-from .chunked import relative_attention
-from .fused import fused_attention
-from .fused_triton import triton_attention
-from .ops import additive_mask
+from .backend_rule import AttentionCall
+from .backends import (ATTENTION_BACKENDS, AttentionRequest, fused_backend,
+                       select_backend)
+from .backends import attend as attend_request
 
 
-class PEAttention(AttentionBackends, BaseModule):
+class PEAttention(BaseModule):
     """Attention core with iRPE terms, RoPE, key padding and skip tokens.
 
     Subclasses own the projections (and with them a checkpoint layout) and
-    call :meth:`attend` with ``(B, H, L, head_dim)`` tensors; which backend
-    runs a call, and how, is
-    :class:`~mmpe.models.layers.attention.backends.AttentionBackends`.
+    call :meth:`attend` with ``(B, H, L, head_dim)`` tensors. A call reads
+    as RoPE -> relative terms (:meth:`request`) -> the rule -> a backend
+    (:mod:`~mmpe.models.layers.attention.backends`: one module each,
+    chosen through a registry).
 
     Args:
         embed_dims (int): Channels C of the tokens.
@@ -268,6 +268,23 @@ class PEAttention(AttentionBackends, BaseModule):
         Returns:
             Tensor: (B, H, L, head_dims).
         """
+        request = self.request(q, k, v, spatial_shape, key_padding_mask,
+                               attn_mask, rope, terms)
+        return attend_request(request, self.attn_impl, self._warn_once,
+                              type(self).__name__)
+
+    def request(self,
+                q: Tensor,
+                k: Tensor,
+                v: Tensor,
+                spatial_shape: Optional[Sequence[int]] = None,
+                key_padding_mask: Optional[Tensor] = None,
+                attn_mask: Optional[Tensor] = None,
+                rope: Optional[Tuple[Tensor, Tensor]] = None,
+                terms: Sequence[RelativeTerm] = ()) -> AttentionRequest:
+        """The call as the backends see it (arguments of :meth:`attend`):
+        RoPE applied, the relative terms built from the unrotated q and k
+        (:meth:`relative_terms`, then ``terms``)."""
         height = width = 0
         has_terms = self.has_relative_terms or bool(terms)
         if has_terms:
@@ -288,76 +305,58 @@ class PEAttention(AttentionBackends, BaseModule):
             # nothing padded (no sync on CPU); a graph keeps the zero mask
             key_padding_mask = None
         scale = 1.0 / math.sqrt(q.shape[-1])
-        if not has_terms:  # no relative term: the fused kernel
-            return self._sdpa(q, k, v, [], attn_mask, key_padding_mask, scale,
-                              False)
-        impl = self.attn_impl
-        if impl == 'flex':
-            out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
-                             height, width, rope is not None)
-            if out is not None:
-                return out
-            impl = 'explicit'
-        # the scaled unrotated queries are the logits' queries without RoPE:
-        # one tensor, kept once for the backward
-        qs = terms_qk[0] * scale
-        ks = terms_qk[1] * scale if self.rpe_q is not None else None
-        terms = self.relative_terms(qs, ks, height, width) + list(terms)
-        needs_grad = torch.is_grad_enabled() and any(
-            x.requires_grad for term in terms for x in term.tensors)
-        # 'auto' takes FlexAttention only where no backward runs through
-        # it (frozen tables included): backend_rule's docstring says why
-        backward = torch.is_grad_enabled() and any(
-            x.requires_grad for x in (q, k, v))
-        flex_ok = (q.device.type == 'cuda' and rope is None and not backward
-                   and self._flex_reason(q, k, v, attn_mask) is None)
-        if impl in ('chunked', 'fused') and is_exporting():
-            impl = 'explicit'  # exported graphs hold standard ops only
-        fused_reason = self._fused_reason(q, terms)
-        if impl == 'fused' and fused_reason is not None:
-            self._warn_once(f"{type(self).__name__} attn_impl='fused' falls "
-                            f'back to the chunked backend: {fused_reason}')
-        call = AttentionCall.of(q, needs_grad, terms, self._dropout_p() > 0,
-                                self.chunk_size or 0, k.shape[2])
-        backend = self.select_backend(
-            q.shape[2], needs_grad, flex_ok, impl, fused_reason is None, call,
-            cuda_free_bytes(q.device) if impl == 'auto' else None)
-        if (impl == 'auto' and backend == 'chunked'
-                and q.device.type == 'cuda'):
-            self._warn_once(f'{type(self).__name__} attn_impl=\'auto\' runs '
-                            f'the chunked backend (the dense one does not fit '
-                            f'in memory; the fused kernel: {fused_reason})')
-        if backend == 'flex':  # 'auto' on CUDA
-            out = self._flex(q, k, v, attn_mask, key_padding_mask, scale,
-                             height, width, False)
-            if out is not None:
-                return out
-            backend = 'chunked'
-        if backend == 'sdpa':
-            return self._sdpa(q, k, v, terms, attn_mask, key_padding_mask,
-                              scale, needs_grad)
-        mask = additive_mask(attn_mask, key_padding_mask, q)
-        q_logits = qs if rope is None else q * scale
-        if backend == 'fused':  # the kernel of the device: C++ or Triton
-            fused = (triton_attention if q.device.type == 'cuda' else
-                     fused_attention)
-            return fused(q_logits, k, v, mask,
-                         [term.axis_values() for term in terms])
-        if backend == 'chunked':
-            return relative_attention(q_logits, k, v, mask, terms, height,
-                                      width, self.chunk_size or 0,
-                                      dropout_p=self._dropout_p())
-        if (is_tracing() and not is_exporting() and torch.is_grad_enabled()
-                and (needs_grad or q.requires_grad or k.requires_grad
-                     or v.requires_grad)):
-            # a compiled training step: the explicit arithmetic as one
-            # opaque op (in-place kernels, see chunked.py)
-            return relative_attention(q_logits, k, v, mask, terms, height,
-                                      width, save_probs=True,
-                                      dropout_p=self._dropout_p())
-        # a separate product, as always (shared with the terms, autograd
-        # would sum the gradients of q in another order)
-        return self._explicit(q * scale, k, v, terms, mask)
+        request = AttentionRequest(
+            q, k, v, scale, attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask, dropout_p=self._dropout_p(),
+            chunk_size=self.chunk_size or 0, has_rope=rope is not None,
+            flex_rpe=(self.rpe_k, self.rpe_q), flex_failed=self._flex_failed,
+            uses_rel_pos=self.rel_pos is not None)
+        if has_terms:
+            # the scaled unrotated queries are the logits' queries without
+            # RoPE: one tensor, kept once for the backward
+            qs = terms_qk[0] * scale
+            ks = terms_qk[1] * scale if self.rpe_q is not None else None
+            request.terms = self.relative_terms(qs, ks, height,
+                                                width) + list(terms)
+            request.q_logits = qs if rope is None else q * scale
+            request.height, request.width = height, width
+        return request
+
+    def select_backend(self,
+                       length: int,
+                       needs_grad: bool,
+                       flex_ok: bool = False,
+                       impl: Optional[str] = None,
+                       fused_ok: bool = False,
+                       call: Optional[AttentionCall] = None,
+                       free_bytes: Optional[int] = None) -> str:
+        """The backend this module's ``attn_impl`` (or ``impl``) takes for a
+        call of ``length`` tokens, from sizes alone
+        (:func:`~mmpe.models.layers.attention.backends.select_backend`;
+        ``call`` None: ``length`` and ``needs_grad`` on CPU)."""
+        if not self.has_relative_terms:
+            return 'sdpa'
+        if call is None:
+            call = AttentionCall(length, needs_grad, self.rpe_v is not None)
+        return select_backend(self.attn_impl if impl is None else impl,
+                              call, flex_ok, fused_ok, free_bytes)
+
+    def _fused_reason(self, q: Tensor,
+                      terms: Sequence[RelativeTerm]) -> Optional[str]:
+        """Why the fused kernel of ``q``'s device does not apply to a call
+        of this module with ``terms``, or None."""
+        request = AttentionRequest(q, q, q, 1.0, list(terms),
+                                   dropout_p=self._dropout_p())
+        return ATTENTION_BACKENDS[fused_backend(q.device.type)].reason(
+            request)
+
+    def _dropout_p(self) -> float:
+        return self.attn_drop_prob if self.training else 0.0
+
+    def _warn_once(self, msg: str) -> None:
+        if msg not in self._warned:
+            self._warned.add(msg)
+            warnings.warn(msg, stacklevel=4)
 
     # ------------------------------------------------------------------
     # relative terms
