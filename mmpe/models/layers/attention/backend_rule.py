@@ -25,13 +25,12 @@ checked anywhere with the inputs of any device.
   short.
 
 ``'auto'`` never trains with FlexAttention (``flex_ok`` is False where a
-backward runs through the call, and ``needs_grad`` rules it out here): on an
-H100 (PyTorch 2.11, ``make gpu-check``) it trained contextual iRPE on keys
-(product, euclidean, quant) equal to ``'explicit'`` and failed for the 13
-other settings it reached (bias tables, the cross method, iRPE on queries,
-class tokens), where read in the backward's compilation, which comes at the
-first ``backward()``, after the forward has run, where no other backend can
-take over. ``attn_impl='flex'`` asks for it by name.
+backward runs through the call, and ``needs_grad`` rules it out here): in a
+run of the CUDA tests on a GPU (PyTorch 2.11) its backward failed to compile
+for several iRPE settings (bias tables, the cross method, iRPE on queries,
+class tokens), and such a failure comes at the first ``backward()``, after
+the forward has run, where no other backend can take over.
+``attn_impl='flex'`` asks for it by name.
 """
 from dataclasses import dataclass
 from typing import Optional, Sequence
