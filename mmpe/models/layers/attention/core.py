@@ -32,6 +32,7 @@ import torch
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from ....utils.arg_checks import check_int
 from ..common.arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES,
                                  check_choice, check_grid)
 from ..common.tracing import is_exporting, is_tracing
@@ -146,22 +147,16 @@ class PEAttention(BaseModule):
                  rel_pos_cfg: Optional[Dict] = None,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if isinstance(embed_dims, bool) or not isinstance(
-                embed_dims, int) or embed_dims <= 0:
-            raise ValueError(
-                f'`embed_dims` must be a positive int, got {embed_dims!r}')
-        if isinstance(num_heads, bool) or not isinstance(
-                num_heads, int) or num_heads <= 0 or embed_dims % num_heads:
+        check_int('embed_dims', embed_dims)
+        check_int('num_heads', num_heads)
+        if embed_dims % num_heads:
             raise ValueError(
                 f'`num_heads` must be a positive int dividing `embed_dims` '
                 f'({embed_dims}), got {num_heads!r}')
         check_choice('rpe_on', rpe_on, RPE_ON_CHOICES)
         check_choice('attn_impl', attn_impl, ATTN_IMPL_CHOICES)
-        if chunk_size is not None and (isinstance(chunk_size, bool)
-                                       or not isinstance(chunk_size, int)
-                                       or chunk_size <= 0):
-            raise ValueError(f'Unsupported `chunk_size` {chunk_size!r}, '
-                             'please choose an int > 0 or None (automatic)')
+        check_int('chunk_size', chunk_size, hint='automatic',
+                  allow_none=True)
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
@@ -175,9 +170,7 @@ class PEAttention(BaseModule):
         elif cfg_skip is not None and cfg_skip != skip:
             raise ValueError(f'`rpe_cfg.skip` ({cfg_skip!r}) differs from the '
                              f'attention\'s `skip` ({skip!r}); leave it out')
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-            raise ValueError(
-                f'Unsupported `skip` {skip!r}, please choose an int >= 0')
+        check_int('skip', skip, minimum=0)
         self.skip = skip
         self.rpe_on = rpe_on if rpe_cfg is not None else ''
         if attn_impl == 'sdpa' and 'v' in self.rpe_on:
