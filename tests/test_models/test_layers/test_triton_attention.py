@@ -28,7 +28,8 @@ from mmpe.models.layers.attention.backend_rule import (AttentionCall,
 from mmpe.models.layers.attention.cross import CrossPEAttention
 from mmpe.models.layers.attention.ops import additive_mask
 from mmpe.models.layers.attention.fused_triton import (
-    TRITON_DTYPES, interpreted, triton_attention, triton_unavailable_reason)
+    TRITON_DTYPES, dropout_mask, interpreted, triton_attention,
+    triton_unavailable_reason)
 from mmpe.models.layers.box.box_rpb import BoxRPB
 
 pytestmark = pytest.mark.skipif(
@@ -75,8 +76,9 @@ def _one_hot(term, n_view, n_other, buckets):
     return hot
 
 
-def _reference(q, k, v, mask, terms):
-    """float64 ``softmax(q k^T + T + m) v (+ sum_j p_ij r_b(i, j))``."""
+def _reference(q, k, v, mask, terms, dropout=None):
+    """float64 ``softmax(q k^T + T + m) v (+ sum_j p_ij r_b(i, j))``, the
+    probabilities times ``dropout`` (a dropout scale) where given."""
     q, k, v = q.double(), k.double(), v.double()
     b, h, lq, _ = q.shape
     lk = k.shape[2]
@@ -97,6 +99,8 @@ def _reference(q, k, v, mask, terms):
     if mask is not None:
         logits = logits + mask.double()
     p = logits.softmax(-1)
+    if dropout is not None:
+        p = p * dropout
     out = p @ v
     for t in out_terms:  # z_i += sum_j p_ij r[b(i, j)]
         table = t.values.double()
@@ -230,10 +234,11 @@ def test_kernel_refuses_two_terms_of_one_role():
         triton_attention(q, q, q, None, [term, term])
 
 
-def test_custom_op_passes_opcheck():
+@pytest.mark.parametrize('dropout_p', [0.0, 0.2])
+def test_custom_op_passes_opcheck(dropout_p):
     """``torch.library.opcheck``: schema, fake kernel, autograd
-    registration of ``mmpe::triton_attention`` (with every role) and of its
-    backward op."""
+    registration of ``mmpe::triton_attention`` (with every role; with and
+    without dropout, whose mask the seed fixes) and of its backward op."""
     g = torch.Generator().manual_seed(3)
     n = 1 + 3 * 4
     base = _random_term((3, 4), 'cross', 1, False, g)
@@ -243,15 +248,16 @@ def test_custom_op_passes_opcheck():
     mask = mask.expand(2, 3, n, n)
     layout = [0, base.row_buckets, base.col_buckets,
               base.row_buckets + 1, 1, *base.extras, 1]
+    seed = torch.tensor([1234]) if dropout_p else None
     args = (q, k, v, mask, vk, vq, True, vk.shape[-1], base.rows, base.cols,
-            layout)
+            layout, dropout_p, seed)
     leaves = [x.requires_grad_(True) for x in (q, k, v, vk, vq)]
     assert leaves
     torch.library.opcheck(torch.ops.mmpe.triton_attention, args)
     out, lse, sums = torch.ops.mmpe.triton_attention(*args)
     back = tuple(x.detach() if isinstance(x, torch.Tensor) else x for x in (
         torch.randn_like(out), torch.randn_like(sums), q, k, v, out, lse,
-        sums, mask, vk, vq, base.rows, base.cols, layout))
+        sums, mask, vk, vq, base.rows, base.cols, layout, dropout_p, seed))
     torch.library.opcheck(torch.ops.mmpe.triton_attention_backward, back)
 
 
@@ -415,9 +421,10 @@ def test_the_auto_rule_picks_it_on_cuda():
 
 
 def test_cuda_reasons_name_what_the_kernel_does_not_take():
-    """The fallback's warning names why: a dtype, a head dim, attention
-    dropout, a term without per-axis buckets; None where it applies
-    (Triton installed); 'fused' is the Triton kernel on CUDA only."""
+    """The fallback's warning names why: a dtype, a head dim, a term
+    without per-axis buckets (and attention dropout on CPU); None where it
+    applies (Triton installed, dropout included); 'fused' is the Triton
+    kernel on CUDA only."""
     assert triton_unavailable_reason(torch.device('cuda')) is None
     assert choice.fused_backend('cuda') == 'fused-cuda'
     assert choice.fused_backend('cpu') == 'fused-cpu'
@@ -431,7 +438,9 @@ def test_cuda_reasons_name_what_the_kernel_does_not_take():
         assert cuda.reason(_cuda_request(terms, dtype)) is None
     assert 'float64' in cuda.reason(_cuda_request(terms, torch.float64))
     assert 'head dim 512' in cuda.reason(_cuda_request(terms, head_dim=512))
-    assert 'dropout' in cuda.reason(_cuda_request(terms, dropout=0.1))
+    assert cuda.reason(_cuda_request(terms, dropout=0.1)) is None
+    assert 'dropout' in cpu.reason(AttentionRequest(qs, qs, qs, 1.0, terms,
+                                                    dropout_p=0.1))
     plain = types.SimpleNamespace(axis_layout=None, axis_on='k')
     assert 'per-axis' in cuda.reason(_cuda_request(terms + [plain]))
     # the CPU kernel does not take queries off the grid, the Triton one does
@@ -444,17 +453,62 @@ def test_cuda_reasons_name_what_the_kernel_does_not_take():
 
 
 def test_a_setting_it_does_not_take_falls_back_with_the_reason(monkeypatch):
-    """attn_impl='fused' with attention dropout while training: the call
-    runs 'chunked' and the warning names the reason."""
+    """The core on the CUDA path (the fused backend of CUDA, interpreted):
+    attention dropout while training runs the Triton kernel; float64 (not
+    taken) runs 'chunked' with a warning that names the dtype."""
     cfg = dict(mode='contextual', method='cross', init='xavier')
     module = PEAttention(16, 2, rpe_cfg=cfg, rpe_on='k', attn_drop=0.1,
                          attn_impl='fused')
     called = []
     monkeypatch.setattr(choice, 'fused_backend', lambda _: 'fused-cuda')
     monkeypatch.setattr(fused_cuda, 'triton_attention',
-                        lambda *a, **k: called.append(1))
+                        lambda q, k, v, mask, terms, p: called.append(p) or q)
     q = torch.randn(1, 2, 12, 8, requires_grad=True)
+    module.attend(q, q, q, (3, 4))
+    assert called == [0.1]
     with pytest.warns(UserWarning, match='falls back to the chunked backend'
-                      '.*dropout'):
-        out = module.attend(q, q, q, (3, 4))
-    assert out.shape == q.shape and not called
+                      '.*float64'):
+        out = module.double().attend(q.double(), q.double(), q.double(),
+                                     (3, 4))
+    assert out.shape == q.shape and called == [0.1]
+
+
+@pytest.mark.parametrize('ons', ['k', 'qkv'])
+def test_kernel_attention_dropout(ons):
+    """Attention dropout inside the kernel: the mask the call drew
+    (:func:`dropout_mask` of the same seed, the global generator reset)
+    applied to the reference's probabilities (the value term sees them
+    dropped, as the explicit backend's): output and every gradient; about
+    ``p`` of the pairs dropped."""
+    g = torch.Generator().manual_seed(13)
+    p = 0.3
+    base = _random_term((6, 7), 'cross', 1, False, g)
+    terms = [base._replace(on=on, values=_random_term(
+        (6, 7), 'cross', 1, False, g, on=on).values) for on in ons]
+    q, k, v, mask = _inputs(43, g)
+    mask[1, :, :, -3:] = -1e4  # a finite mask: no 0 * inf in the reference
+    leaves = [x.to(DEVICE).requires_grad_(True) for x in (q, k, v)]
+    values = [t.values.to(DEVICE).requires_grad_(True) for t in terms]
+    kterms = [t._replace(values=x, rows=t.rows.to(DEVICE),
+                         cols=t.cols.to(DEVICE))
+              for t, x in zip(terms, values)]
+    torch.manual_seed(5)
+    out = triton_attention(*leaves, mask.to(DEVICE), kterms, dropout_p=p)
+    torch.manual_seed(5)  # the seed the call drew
+    seed = torch.randint(2**31 - 1, (1, ))
+    scale = dropout_mask(seed, p, 2, 3, 43, 43, DEVICE).cpu().double()
+    kept = torch.tensor(1 / (1 - p), dtype=torch.float32).item()  # float32
+    assert set(scale.unique().tolist()) == {0.0, kept}
+    dropped = float((scale == 0).double().mean())
+    assert abs(dropped - p) < 0.05, dropped  # 23 k draws: 0.05 is 16 sigma
+    refs = [x.detach().cpu().double().requires_grad_(True)
+            for x in leaves + values]
+    ref = _reference(*refs[:3], mask, [
+        t._replace(values=x) for t, x in zip(terms, refs[3:])],
+        dropout=scale)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    got = [out] + list(torch.autograd.grad(out, leaves + values,
+                                           grad.to(DEVICE)))
+    want = [ref] + list(torch.autograd.grad(ref, refs, grad))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.detach().cpu().double(), b, **F32_TOL)

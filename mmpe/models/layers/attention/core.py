@@ -102,9 +102,10 @@ class PEAttention(BaseModule):
               or bias), the decomposed relative position, skip tokens
               included (and on CUDA BoxRPB's cross-attention); CPU float32
               / float64 / bfloat16 / float16, CUDA float32 / bfloat16 /
-              float16; no attention dropout while training. Where it does
-              not apply the call runs ``'chunked'`` with a warning, once
-              per module.
+              float16; attention dropout inside the Triton kernel (its own
+              Philox masks, redrawn in the backward), none on CPU. Where it
+              does not apply the call runs ``'chunked'`` with a warning,
+              once per module.
             - ``'sdpa'``: the iRPE terms (with their gradient) materialised
               as the float mask of ``F.scaled_dot_product_attention``.
               iRPE on values is not possible there (it needs the

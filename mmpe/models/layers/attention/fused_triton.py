@@ -91,7 +91,7 @@ def _geometry(rows: Tensor, cols: Tensor, layout: Sequence[int]) -> tuple:
 
 
 def _flags(q: Tensor, mask, values_k, values_q, with_sums: bool,
-           product: bool, qgrid: bool) -> dict:
+           product: bool, qgrid: bool, dropout_p: float) -> dict:
     """The kernels' constexpr switches (one compilation per combination).
     ``IEEE``: float32 products (float32 inputs, as the explicit backend's:
     no TF32; and bfloat16 in the interpreter, whose bfloat16 ``tl.dot``
@@ -101,14 +101,21 @@ def _flags(q: Tensor, mask, values_k, values_q, with_sums: bool,
                                         and interpreted())
     return dict(HAS_MASK=mask is not None, HAS_K=values_k is not None,
                 HAS_Q=values_q is not None, WITH_SUMS=with_sums,
-                PRODUCT=product, QGRID=qgrid, IEEE=ieee)
+                PRODUCT=product, QGRID=qgrid, IEEE=ieee,
+                HAS_DROPOUT=dropout_p > 0)
+
+
+def _seed(seed: Optional[Tensor]) -> int:
+    """The dropout seed as the kernels take it (31 bits; 0 without)."""
+    return 0 if seed is None else int(seed.reshape(-1)[0]) % (2**31 - 2**20)
 
 
 @torch.library.custom_op('mmpe::triton_attention', mutates_args=())
 def _triton_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                values_k: Optional[Tensor], values_q: Optional[Tensor],
                with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
-               layout: List[int]) -> Tuple[Tensor, Tensor, Tensor]:
+               layout: List[int], dropout_p: float,
+               seed: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
     geo, product, qgrid = _geometry(rows, cols, layout)
@@ -117,8 +124,8 @@ def _triton_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     sums = (torch.zeros(b, h, lq, num_buckets, device=q.device,
                         dtype=torch.float32) if with_sums else
             q.new_empty((0, )))
-    flags = _flags(q, mask, values_k, values_q, with_sums, product,
-                         qgrid)
+    flags = _flags(q, mask, values_k, values_q, with_sums, product, qgrid,
+                   dropout_p)
     dummy = lse  # a pointer for absent inputs (never read)
     grid = (triton.cdiv(lq, BLOCK_M), b * h)
     _kernels.fused_forward_kernel[grid](
@@ -130,14 +137,14 @@ def _triton_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
         *((0, ) * 4 if mask is None else mask.stride()),
         *_strides3(values_k), *_strides3(values_q),
         *_strides3(sums if with_sums else None),
-        h, lq, lk, d, dv, *geo, **flags, BM=BLOCK_M, BN=BLOCK_N,
-        BD=_pow2(d), BDV=_pow2(dv))
+        h, lq, lk, d, dv, *geo, _seed(seed), float(dropout_p), **flags,
+        BM=BLOCK_M, BN=BLOCK_N, BD=_pow2(d), BDV=_pow2(dv))
     return out, lse, sums
 
 
 @_triton_op.register_fake
 def _triton_fake(q, k, v, mask, values_k, values_q, with_sums, num_buckets,
-                 rows, cols, layout):
+                 rows, cols, layout, dropout_p, seed):
     b, h, lq, _ = q.shape
     sums = (q.new_empty((b, h, lq, num_buckets), dtype=torch.float32)
             if with_sums else q.new_empty((0, )))
@@ -151,7 +158,8 @@ def _triton_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                         lse: Tensor, sums: Optional[Tensor],
                         mask: Optional[Tensor], values_k: Optional[Tensor],
                         values_q: Optional[Tensor], rows: Tensor,
-                        cols: Tensor, layout: List[int]) -> List[Tensor]:
+                        cols: Tensor, layout: List[int], dropout_p: float,
+                        seed: Optional[Tensor]) -> List[Tensor]:
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
     geo, product, qgrid = _geometry(rows, cols, layout)
@@ -168,7 +176,7 @@ def _triton_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
     dvq = (None if values_q is None else torch.zeros(
         b, h, lk, values_q.shape[-1], device=q.device, dtype=torch.float32))
     flags = _flags(q, mask, values_k, values_q, grad_sums is not None,
-                         product, qgrid)
+                   product, qgrid, dropout_p)
     dummy = lse
     common = (dummy if mask is None else mask,
               dummy if values_k is None else values_k,
@@ -180,16 +188,17 @@ def _triton_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                *_strides3(values_k), *_strides3(values_q),
                *_strides3(grad_sums))
     sizes = dict(BM=BLOCK_M, BN=BLOCK_N, BD=_pow2(d), BDV=_pow2(dv))
+    drop = (_seed(seed), float(dropout_p))
     _kernels.fused_backward_kv_kernel[(triton.cdiv(lk, BLOCK_N), b * h)](
         q, k, v, grad_out, lse, delta, *common, dk, dv_,
         dummy if dvq is None else dvq, rows, cols, *strides,
         *_strides3(dk), *_strides3(dv_), *_strides3(dvq),
-        h, lq, lk, d, dv, *geo, **flags, **sizes)
+        h, lq, lk, d, dv, *geo, *drop, **flags, **sizes)
     _kernels.fused_backward_q_kernel[(triton.cdiv(lq, BLOCK_M), b * h)](
         q, k, v, grad_out, lse, delta, *common, dq,
         dummy if dvk is None else dvk, rows, cols, *strides,
         *_strides3(dq), *_strides3(dvk),
-        h, lq, lk, d, dv, *geo, **flags, **sizes)
+        h, lq, lk, d, dv, *geo, *drop, **flags, **sizes)
     # broadcast values (a bias table) get the sum over their broadcast dims
     grads = [dq, dk, dv_]
     for g, x in ((dvk, values_k), (dvq, values_q)):
@@ -200,7 +209,8 @@ def _triton_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
 
 @_triton_backward_op.register_fake
 def _triton_backward_fake(grad_out, grad_sums, q, k, v, out, lse, sums, mask,
-                          values_k, values_q, rows, cols, layout):
+                          values_k, values_q, rows, cols, layout, dropout_p,
+                          seed):
     return [x.new_empty(x.shape) for x in (q, k, v)] + [
         q.new_empty((0, )) if x is None else x.new_empty(x.shape)
         for x in (values_k, values_q)
@@ -208,18 +218,19 @@ def _triton_backward_fake(grad_out, grad_sums, q, k, v, out, lse, sums, mask,
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    (q, k, v, mask, values_k, values_q, with_sums, _, rows, cols,
-     layout) = inputs
+    (q, k, v, mask, values_k, values_q, with_sums, _, rows, cols, layout,
+     dropout_p, seed) = inputs
     out, lse, sums = output
     ctx.save_for_backward(q, k, v, out, lse, sums if with_sums else None,
-                          mask, values_k, values_q, rows, cols)
+                          mask, values_k, values_q, rows, cols, seed)
     ctx.layout = layout
+    ctx.dropout_p = dropout_p
     ctx.with_sums = with_sums
 
 
 def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor],
               grad_sums: Optional[Tensor]):
-    q, k, v, out, lse, sums, mask, values_k, values_q, rows, cols = \
+    q, k, v, out, lse, sums, mask, values_k, values_q, rows, cols, seed = \
         ctx.saved_tensors
     if not ctx.with_sums:
         grad_sums = sums = None
@@ -227,9 +238,9 @@ def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor],
         grad_sums = torch.zeros_like(sums)
     dq, dk, dv, dvk, dvq = torch.ops.mmpe.triton_attention_backward(
         grad_out, grad_sums, q, k, v, out, lse, sums, mask, values_k,
-        values_q, rows, cols, ctx.layout)
+        values_q, rows, cols, ctx.layout, ctx.dropout_p, seed)
     return (dq, dk, dv, None, None if values_k is None else dvk,
-            None if values_q is None else dvq) + (None, ) * 5
+            None if values_q is None else dvq) + (None, ) * 7
 
 
 _triton_op.register_autograd(_backward, setup_context=_setup_context)
@@ -257,8 +268,12 @@ def _rows_view(x: Tensor, b: int, h: int, length: int) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def triton_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
-                     terms: Sequence[AxisValues]) -> Tensor:
+def triton_attention(q: Tensor,
+                     k: Tensor,
+                     v: Tensor,
+                     mask: Optional[Tensor],
+                     terms: Sequence[AxisValues],
+                     dropout_p: float = 0.0) -> Tensor:
     """Attention with per-axis relative terms through the Triton kernel.
 
     Args:
@@ -271,6 +286,11 @@ def triton_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
             (B, H, Q, L) (taken in float32).
         terms (list[AxisValues]): At most one term on each of keys,
             queries and values (``on``), on one grid and bucket layout.
+        dropout_p (float): Attention dropout on the probabilities (the
+            value term sees them dropped too, as in the explicit backend);
+            the mask comes from a seed drawn from the global generator
+            (reproducible with ``torch.manual_seed``; :func:`dropout_mask`
+            gives it), redrawn, not stored, in the backward. Defaults to 0.
 
     Returns:
         Tensor: (B, H, Q, dv), differentiable in ``q``, ``k``, ``v`` and
@@ -296,10 +316,13 @@ def triton_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     num_buckets = (value_term.values.shape[-2] if value_term is not None
                    else next(iter(values.values())).shape[-1])
     geo = terms[0]
+    # one seed per call, from the global generator (as the chunked backend)
+    seed = torch.randint(2**31 - 1, (1, )) if dropout_p > 0 else None
     out, _, sums = torch.ops.mmpe.triton_attention(
         q, k.to(q.dtype), v.to(q.dtype), mask, values.get('k'),
         values.get('q'), value_term is not None, num_buckets,
-        geo.rows.contiguous(), geo.cols.contiguous(), triton_layout(geo))
+        geo.rows.contiguous(), geo.cols.contiguous(), triton_layout(geo),
+        float(dropout_p), seed)
     if value_term is not None:  # Eq. 17: z_i += sum_b s_ib r^V_b
         table = value_term.values.to(q.dtype)  # (H', nb, dv)
         sums = sums.to(q.dtype)
@@ -308,3 +331,15 @@ def triton_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     return out
 
 
+
+
+def dropout_mask(seed: Tensor, dropout_p: float, batch: int, heads: int,
+                 queries: int, keys: int, device: torch.device) -> Tensor:
+    """The dropout scale (B, H, Q, L) a call with ``seed`` draws: ``1 /
+    (1 - p)`` where a probability is kept, 0 where it is dropped."""
+    out = torch.empty(batch * heads, queries, keys, device=device)
+    grid = (triton.cdiv(queries, BLOCK_M), batch * heads)
+    _kernels.dropout_mask_kernel[grid](out, _seed(seed), float(dropout_p),
+                                       heads, queries, keys, BM=BLOCK_M,
+                                       BN=BLOCK_N)
+    return out.view(batch, heads, queries, keys)

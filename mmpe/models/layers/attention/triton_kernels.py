@@ -20,7 +20,9 @@ probabilities from the log-sum-exp: one kernel per block of keys
 accumulates ``dk``, ``dv`` and the term on queries' gradient (rows owned
 by the key block), one per block of queries ``dq`` and the term on keys'
 gradient, with ``dE = P * (dP - delta)``, ``delta_i = dO_i . O_i +
-ds_i . s_i``. The bucket sums of ``P`` and ``dE`` are atomic adds into
+ds_i . s_i``. Attention dropout (``HAS_DROPOUT``) multiplies ``P`` by a
+mask scale drawn from Philox by (seed, batch-head, pair), the same in every
+kernel, so nothing of it is stored. The bucket sums of ``P`` and ``dE`` are atomic adds into
 float32 rows of the program's own tokens. No ``(L, L)`` tensor exists.
 
 Pairs with one of the ``SKIP`` leading tokens (class tokens) read the
@@ -40,6 +42,17 @@ def _dot(a, b, IEEE: tl.constexpr):
         return tl.dot(a.to(tl.float32), b.to(tl.float32),
                       input_precision='ieee')
     return tl.dot(a.to(b.dtype), b)
+
+
+@triton.jit
+def _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK):
+    """Attention dropout of a tile: ``1 / (1 - p)`` where kept, 0 where
+    dropped; one Philox stream per (batch, head) (key ``SEED + pid_bh``),
+    the pair ``(i, j)`` at offset ``i * LK + j``: the forward and both
+    backward kernels draw the same mask."""
+    offsets = offs_m[:, None] * LK + offs_n[None, :]
+    keep = tl.rand(SEED + pid_bh, offsets) >= P_DROP
+    return tl.where(keep, 1.0 / (1.0 - P_DROP), 0.)
 
 
 @triton.jit
@@ -149,11 +162,11 @@ def fused_forward_kernel(
         sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
         so_b, so_h, so_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, ss_b, ss_h, ss_l,
-        H, LQ, LK, D, DV, SKIP, GW, RS, CS, SX, OFF, E0, E1,
+        H, LQ, LK, D, DV, SKIP, GW, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
         HAS_MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
         WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-        IEEE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-        BD: tl.constexpr, BDV: tl.constexpr):
+        IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr, BM: tl.constexpr,
+        BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     """Output, row log-sum-exp and (``WITH_SUMS``) the bucket sums of a
     block of ``BM`` query rows (module docstring)."""
     pid_m = tl.program_id(0)
@@ -189,6 +202,8 @@ def fused_forward_kernel(
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
+        if HAS_DROPOUT:  # the normaliser sums the undropped probabilities
+            p = p * _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK)
         acc = acc * alpha[:, None] + _dot(p, v, IEEE)
         m_i = m_new
     # a row with every key masked: 0 / 0 (NaN), as the softmax gives
@@ -211,19 +226,23 @@ def fused_forward_kernel(
                             OFF, E0, E1, HAS_MASK, HAS_K, HAS_Q, PRODUCT,
                             QGRID, IEEE)
             p = tl.exp(s - lse[:, None])
+            if HAS_DROPOUT:  # the value term sees the dropped probabilities
+                p = p * _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n,
+                                       LK)
             _scatter_rows(Sums, p, offs_m, offs_n, b, h, ss_b, ss_h, ss_l,
                           LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0,
                           E1, PRODUCT, QGRID, False)
 
 
 @triton.jit
-def _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h, sg_b, sg_h,
-                 sg_l, LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0, E1,
-                 WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
-                 QGRID: tl.constexpr, IEEE: tl.constexpr):
-    """``(P, dE)`` of a tile: ``P = exp(e - lse)``, ``dP = dO v^T (+
-    ds_i[b(i, j)])``, ``dE = P * (dP - delta)``; zero outside the
-    tokens."""
+def _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h, pid_bh,
+                 sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX,
+                 OFF, E0, E1, SEED, P_DROP, WITH_SUMS: tl.constexpr,
+                 PRODUCT: tl.constexpr, QGRID: tl.constexpr,
+                 IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+    """``(P', dE)`` of a tile: ``P = exp(e - lse)``, ``P' = P * M`` with the
+    dropout scale ``M`` (1 without dropout), ``dP' = dO v^T (+ ds_i[b(i,
+    j)])``, ``dE = P * (M * dP' - delta)``; zero outside the tokens."""
     i = offs_m[:, None]
     j = offs_n[None, :]
     inside = (i < LQ) & (j < LK)
@@ -243,6 +262,9 @@ def _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h, sg_b, sg_h,
         row = GS + b * sg_b + h * sg_h + i * sg_l
         dp += tl.load(row + first, mask=inside, other=0.)
         dp += tl.load(row + second, mask=use2, other=0.)
+    if HAS_DROPOUT:
+        scale = _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK)
+        return p * scale, p * (dp * scale - delta[:, None])
     return p, p * (dp - delta[:, None])
 
 
@@ -253,11 +275,11 @@ def fused_backward_kv_kernel(
         sdo_b, sdo_h, sdo_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, sg_b, sg_h, sg_l,
         sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, sdq_b, sdq_h, sdq_l,
-        H, LQ, LK, D, DVD, SKIP, GW, RS, CS, SX, OFF, E0, E1,
+        H, LQ, LK, D, DVD, SKIP, GW, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
         HAS_MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
         WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-        IEEE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-        BD: tl.constexpr, BDV: tl.constexpr):
+        IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr, BM: tl.constexpr,
+        BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     """``dk``, ``dv`` of a block of ``BN`` keys and, with a term on
     queries, its values' gradient rows of those keys."""
     pid_n = tl.program_id(0)
@@ -295,9 +317,9 @@ def fused_backward_kv_kernel(
                         svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0,
                         E1, HAS_MASK, HAS_K, HAS_Q, PRODUCT, QGRID, IEEE)
         p, de = _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h,
-                             sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows, Cols,
-                             RS, CS, SX, OFF, E0, E1, WITH_SUMS, PRODUCT,
-                             QGRID, IEEE)
+                             pid_bh, sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows,
+                             Cols, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
+                             WITH_SUMS, PRODUCT, QGRID, IEEE, HAS_DROPOUT)
         dv += _dot(tl.trans(p), do, IEEE)
         dk += _dot(tl.trans(de), q, IEEE)
         if HAS_Q:  # dc^Q_j[b(j, i)] += dE_ij: rows of this block's keys
@@ -319,11 +341,11 @@ def fused_backward_q_kernel(
         sdo_b, sdo_h, sdo_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, sg_b, sg_h, sg_l,
         sdq_b, sdq_h, sdq_l, sdk_b, sdk_h, sdk_l,
-        H, LQ, LK, D, DVD, SKIP, GW, RS, CS, SX, OFF, E0, E1,
+        H, LQ, LK, D, DVD, SKIP, GW, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
         HAS_MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
         WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-        IEEE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-        BD: tl.constexpr, BDV: tl.constexpr):
+        IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr, BM: tl.constexpr,
+        BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     """``dq`` of a block of ``BM`` queries and, with a term on keys, its
     values' gradient rows of those queries."""
     pid_m = tl.program_id(0)
@@ -360,9 +382,9 @@ def fused_backward_q_kernel(
                         svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0,
                         E1, HAS_MASK, HAS_K, HAS_Q, PRODUCT, QGRID, IEEE)
         _, de = _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h,
-                             sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows, Cols,
-                             RS, CS, SX, OFF, E0, E1, WITH_SUMS, PRODUCT,
-                             QGRID, IEEE)
+                             pid_bh, sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows,
+                             Cols, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
+                             WITH_SUMS, PRODUCT, QGRID, IEEE, HAS_DROPOUT)
         dq += _dot(de, k, IEEE)
         if HAS_K:  # dc^K_i[b(i, j)] += dE_ij: rows of this block's queries
             _scatter_rows(DVK, de, offs_m, offs_n, b, h, sdk_b, sdk_h, sdk_l,
@@ -371,3 +393,19 @@ def fused_backward_q_kernel(
     tl.store(DQ + b * sdq_b + h * sdq_h + offs_m[:, None] * sdq_l +
              offs_d[None, :], dq.to(DQ.dtype.element_ty),
              mask=row_ok[:, None] & (offs_d[None, :] < D))
+
+
+@triton.jit
+def dropout_mask_kernel(Out, SEED, P_DROP, H, LQ, LK, BM: tl.constexpr,
+                        BN: tl.constexpr):
+    """The dropout scale ``M`` (B * H, LQ, LK) the kernels above draw for
+    ``SEED`` and ``P_DROP`` (to reproduce a call's mask)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    base = Out + pid_bh.to(tl.int64) * LQ * LK
+    for n0 in range(0, LK, BN):
+        offs_n = n0 + tl.arange(0, BN)
+        scale = _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK)
+        tl.store(base + offs_m[:, None] * LK + offs_n[None, :], scale,
+                 mask=(offs_m[:, None] < LQ) & (offs_n[None, :] < LK))

@@ -27,6 +27,8 @@ class FusedCPUBackend(AttentionBackend):
                 return why
         if q.dtype not in FUSED_DTYPES:
             return f'dtype {q.dtype} is not supported'
+        if request.dropout_p > 0:
+            return 'attention dropout is not supported'
         if not all(term.axis_query_grid for term in request.terms):
             return ('queries off the grid (cross-attention) are taken by '
                     'the Triton kernel only')
@@ -39,10 +41,8 @@ class FusedCPUBackend(AttentionBackend):
 
 
 def _common_reason(request: AttentionRequest) -> Optional[str]:
-    """What neither fused kernel takes: an exported graph, attention
-    dropout, terms without per-axis buckets."""
+    """What neither fused kernel takes: an exported graph, terms without
+    per-axis buckets."""
     if is_exporting():
         return 'exported graphs hold standard ops only'
-    if request.dropout_p > 0:
-        return 'attention dropout is not supported'
     return axis_terms_reason(request.terms)

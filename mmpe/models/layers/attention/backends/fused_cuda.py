@@ -15,7 +15,8 @@ from .fused_cpu import _common_reason
 class FusedCUDABackend(AttentionBackend):
     """CUDA; float32 / bfloat16 / float16; head dims up to
     :data:`~..fused_triton.MAX_HEAD_DIM`; terms over per-axis buckets (of a
-    query grid, or of the keys only: BoxRPB); no attention dropout."""
+    query grid, or of the keys only: BoxRPB); attention dropout inside the
+    kernel."""
 
     name = 'fused-cuda'
 
@@ -36,4 +37,5 @@ class FusedCUDABackend(AttentionBackend):
     def run(self, request: AttentionRequest) -> Tensor:
         r = request
         return triton_attention(r.q_logits, r.k, r.v, r.additive_mask(),
-                                [term.axis_values() for term in r.terms])
+                                [term.axis_values() for term in r.terms],
+                                r.dropout_p)
