@@ -8,21 +8,31 @@ Without CUDA it prints one line and exits 0. With CUDA, in order:
 1. pytest of the test files with CUDA-only tests (they skip without CUDA):
    FlexAttention training against the explicit backend for every iRPE
    setting, ``attn_impl='auto'`` on CUDA, the shape policy's compilations,
-   the backend rule (``CUDA_TESTS``).
+   the backend rule, the fused Triton kernel (``CUDA_TESTS``).
 2. FlexAttention forward and backward against ``'explicit'`` on CUDA over
    C5 grids of DETR's 150-epoch recipe (output, gradients of q, k, v and
    of the iRPE tables; float32, no TF32), with the compilations they cost.
-3. The memory estimates of the ``'auto'`` rule
+3. The fused kernel (Triton, ``attn_impl='fused'``) against ``'explicit'``
+   the same way, for contextual product on k, bias cross on qk with a
+   skip token, contextual product on qkv and the decomposed relative
+   position; and one bfloat16 row of each (``gpu_checks.check_fused``).
+4. The memory estimates of the ``'auto'`` rule
    (``mmpe/models/layers/attention/backend_rule.py``) against the measured
    peak of each backend (``torch.cuda.max_memory_allocated``) on a DETR encoder
    call, and the backend ``'auto'`` picks here.
-4. The long-sequence benchmark (``tools/benchmark/attention.py --long
+5. The aims of the fused kernel against SDPA without position encoding
+   (``tools/benchmark/fused_cuda.py``), its table.
+6. The long-sequence benchmark (``tools/benchmark/attention.py --long
    --device cuda``) and the backbone benchmark
    (``tools/benchmark/backbone.py``: CPU rows, it has no device option),
    their printed tables and JSON.
 
-The report (markdown) goes to ``--out-dir``/report.md; its path is printed
-last. Exit status 1 when a check failed.
+The report (markdown) goes to ``--out-dir``/report.md, the results of every
+step (JSON) to ``--out-dir``/report.json; both also to ``--data-dir``
+(default docs/data) as ``gpu_check_<device>.md`` / ``.json``, which name the
+device and the versions of torch, Triton and CUDA (for a GPU session to
+commit). The report's path is printed last. Exit status 1 when a check
+failed.
 """
 import argparse
 import json
@@ -33,20 +43,18 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
+from gpu_checks import (CUDA_ATOL, FUSED_ARGS, GRIDS, check_fused,
+                        run_fused_benchmark, train_call, versions, write_data)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 #: test files holding CUDA-only tests
 CUDA_TESTS = ('tests/test_models/test_layers/test_irpe_flex.py',
               'tests/test_models/test_layers/test_backend_rule.py',
-              'tests/test_compile/test_flex_recompiles.py')
-#: C5 grids of DETR's 150-epoch recipe (batches padded to their largest
-#: image; two size buckets each side of 1024 tokens)
-GRIDS = ((15, 20), (20, 27), (25, 34), (34, 34), (42, 25))
-# float32 kernels that sum in another order (flex tiles, cuBLAS); no TF32
-CUDA_ATOL = 1e-4
+              'tests/test_compile/test_flex_recompiles.py',
+              'tests/test_models/test_layers/test_triton_attention.py')
 LONG_ARGS = '--lengths 1050 4096 8192 --rounds 3'
 BACKBONE_ARGS = '--depth 3 --archs s'
 
@@ -54,10 +62,16 @@ BACKBONE_ARGS = '--depth 3 --archs s'
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out-dir', default='work_dirs/gpu_check')
+    parser.add_argument('--data-dir', default=os.path.join(ROOT, 'docs',
+                                                           'data'),
+                        help='where the report is copied as '
+                        'gpu_check_<device>.md / .json (default docs/data)')
     parser.add_argument('--skip-benchmarks', action='store_true',
                         help='only the tests and checks (minutes)')
     parser.add_argument('--long-args', default=LONG_ARGS,
                         help='more arguments of attention.py --long')
+    parser.add_argument('--fused-args', default=FUSED_ARGS,
+                        help='more arguments of benchmark/fused_cuda.py')
     parser.add_argument('--backbone-args', default=BACKBONE_ARGS,
                         help='arguments of backbone.py')
     return parser.parse_args(argv)
@@ -91,20 +105,6 @@ def _cores(device: torch.device, cfg: Dict) -> list:
     return cores
 
 
-def _train_call(core, grid, device, batch=2):
-    torch.manual_seed(1)
-    n = core.skip + grid[0] * grid[1]
-    q, k, v = (torch.randn(batch, 8, n, 32, device=device,
-                           requires_grad=True) for _ in range(3))
-    mask = torch.zeros(batch, n, dtype=torch.bool, device=device)
-    mask[-1, n - grid[1] * 3:] = True  # three padded rows in one image
-    out = core.attend(q, k, v, grid, mask)
-    out.backward(torch.randn_like(out))
-    grads = [q.grad, k.grad, v.grad] + [
-        p.grad for _, p in sorted(core.named_parameters())]
-    return [out.detach()] + grads
-
-
 def check_flex(device: torch.device) -> Tuple[bool, List[str]]:
     settings = {
         'contextual product k (DETR recipe)': dict(rpe_on='k', rpe_cfg=dict(
@@ -126,9 +126,9 @@ def check_flex(device: torch.device) -> Tuple[bool, List[str]]:
     for name, cfg in settings.items():
         explicit, flex = _cores(device, cfg)
         for grid in GRIDS:
-            want = _train_call(explicit, grid, device)
+            want = train_call(explicit, grid, device)
             try:
-                got = _train_call(flex, grid, device)
+                got = train_call(flex, grid, device)
             except Exception as e:  # e.g. the backward failing to compile
                 ok = False
                 lines.append(f'| {name} | {grid[0]}x{grid[1]} | '
@@ -152,7 +152,7 @@ def check_flex(device: torch.device) -> Tuple[bool, List[str]]:
 
 def _peak(core, grid, device) -> float:
     from mmpe.utils.benchmark_helpers import cuda_peak_bytes
-    return cuda_peak_bytes(lambda: _train_call(core, grid, device), device)
+    return cuda_peak_bytes(lambda: train_call(core, grid, device), device)
 
 
 def check_memory(device: torch.device) -> Tuple[bool, List[str]]:
@@ -164,7 +164,7 @@ def check_memory(device: torch.device) -> Tuple[bool, List[str]]:
     grid = (34, 34)
     call = AttentionCall(grid[0] * grid[1], True, device_type='cuda',
                          batch=2, heads=8, head_dim=32)
-    lines = ['## 3. Memory estimates of the auto rule against measured peaks',
+    lines = ['## 4. Memory estimates of the auto rule against measured peaks',
              '', f'one DETR encoder call: batch 2, 8 heads x 32, grid '
              f'{grid[0]}x{grid[1]}, float32, forward + backward; measured: '
              'peak allocated minus the allocation before the call (it also '
@@ -177,7 +177,7 @@ def check_memory(device: torch.device) -> Tuple[bool, List[str]]:
         core = PEAttention(256, 8, attn_impl=impl, rpe_on='k', rpe_cfg=dict(
             mode='contextual', method='product', ratio=1.9,
             init='xavier')).to(device)
-        _train_call(core, grid, device)  # warm-up: compilation, caches
+        train_call(core, grid, device)  # warm-up: compilation, caches
         peak = _peak(core, grid, device)
         est = memory_estimate(impl, call)
         lines.append(f'| {impl} | {est / 2**20:.1f} | {peak / 2**20:.1f} | '
@@ -195,16 +195,20 @@ def check_memory(device: torch.device) -> Tuple[bool, List[str]]:
 
 
 def run_benchmark(title: str, script: str, args: List[str],
-                  out: str) -> Tuple[bool, List[str]]:
+                  out: str) -> Tuple[bool, List[str], Optional[dict]]:
     cmd = [sys.executable, script, *args, '--out', out]
     start = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     ok = proc.returncode == 0
     text = proc.stdout if ok else proc.stdout + proc.stderr[-3000:]
+    data = None
+    if ok and os.path.isfile(out):
+        with open(out) as f:
+            data = json.load(f)
     return ok, [f'## {title}', '', f'`{shlex.join(cmd[1:])}` '
                 f'({time.time() - start:.0f} s, '
                 f"{'ok' if ok else 'FAILED'}; JSON: {out})", '',
-                '```text', *text.strip().splitlines(), '```', '']
+                '```text', *text.strip().splitlines(), '```', ''], data
 
 
 def main(argv=None) -> int:
@@ -217,43 +221,58 @@ def main(argv=None) -> int:
     os.makedirs(out_dir, exist_ok=True)
     device = torch.device('cuda')
     from mmpe.utils.bench_env import benchmark_env, env_line
-    env = benchmark_env(device)
+    ver = versions()
+    env = benchmark_env(device, triton=ver['triton'], cuda=ver['cuda'])
     lines = ['# mmpe gpu-check', '',
-             f"{env['date']}; {env_line(env)}; CUDA {torch.version.cuda}; "
-             f'{platform.node()}', '']
-    results = {}
+             f"{env['date']}; {env_line(env)}; triton {env['triton']}; "
+             f"CUDA {env['cuda']}; {platform.node()}", '']
+    results, steps_data = {}, {}
     steps = [('tests', lambda: run_tests(out_dir)),
              ('flex', lambda: check_flex(device)),
+             ('fused', lambda: check_fused(device)),
              ('memory', lambda: check_memory(device))]
     if not args.skip_benchmarks:
         steps += [
+            ('fused-aims', lambda: run_fused_benchmark(out_dir,
+                                                       args.fused_args)),
             ('long', lambda: run_benchmark(
-                '4. Long sequences (CUDA)', 'tools/benchmark/attention.py',
+                '6. Long sequences (CUDA)', 'tools/benchmark/attention.py',
                 ['--long', '--device', 'cuda',
                  *shlex.split(args.long_args)],
                 os.path.join(out_dir, 'long.json'))),
             ('backbone', lambda: run_benchmark(
-                '5. Backbone (CPU rows)', 'tools/benchmark/backbone.py',
+                '7. Backbone (CPU rows)', 'tools/benchmark/backbone.py',
                 shlex.split(args.backbone_args),
                 os.path.join(out_dir, 'backbone.json')))]
     for name, step in steps:
         print(f'gpu-check: {name} ...', flush=True)
+        start = time.time()
         try:
-            ok, part = step()
+            ok, part, *data = step()
         except Exception as e:  # report it, go on with the other checks
-            ok, part = False, [f'## {name}: ERROR', '', '```text',
-                               f'{type(e).__name__}: {e}', '```', '']
+            ok, part, data = False, [f'## {name}: ERROR', '', '```text',
+                                     f'{type(e).__name__}: {e}', '```',
+                                     ''], []
         results[name] = ok
+        steps_data[name] = dict(ok=ok, seconds=round(time.time() - start, 1),
+                                data=data[0] if data else None, report=part)
         lines += part
     lines += ['## Summary', '', '| check | result |', '|---|---|'] + [
         f"| {k} | {'passed' if v else 'FAILED'} |" for k, v in results.items()]
+    text = '\n'.join(lines) + '\n'
+    record = dict(env=env, host=platform.node(), args=vars(args),
+                  passed=all(results.values()), results=results,
+                  steps=steps_data)
     report = os.path.join(out_dir, 'report.md')
     with open(report, 'w') as f:
-        f.write('\n'.join(lines) + '\n')
+        f.write(text)
+    with open(os.path.join(out_dir, 'report.json'), 'w') as f:
+        json.dump(record, f, indent=1)
     with open(os.path.join(out_dir, 'summary.json'), 'w') as f:
         json.dump(results, f, indent=1)
+    data_files = write_data(text, record, args.data_dir)
     print(f'gpu-check: {"passed" if all(results.values()) else "FAILED"}; '
-          f'report: {report}')
+          f"data: {', '.join(data_files)}; report: {report}")
     return 0 if all(results.values()) else 1
 
 

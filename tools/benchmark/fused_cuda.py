@@ -30,8 +30,8 @@ allocation before the call (on CPU the profiler's tensor peak,
 ``bench_measure.peak_memory``). Each aim (fused / SDPA <= 1.3 in time and
 in peak) is met only where ``'fused'`` ran the fused kernel (no fallback).
 
-    python tools/benchmark/fused_cuda.py --out work_dirs/bench/fused_cuda.json \\
-        --report work_dirs/bench/fused_cuda.md
+    python tools/benchmark/fused_cuda.py --out work_dirs/bench/fused.json \\
+        --report work_dirs/bench/fused.md
     python tools/benchmark/fused_cuda.py --device cpu --lengths 64 --rounds 1
 """
 import argparse
