@@ -262,7 +262,7 @@ def irpe_flex_attention(query: Tensor,
                         compiled: bool = True) -> Tensor:
     """Attention with iRPE on keys / queries in one FlexAttention kernel.
 
-    Equals :meth:`iRPEMultiheadAttention.attention` before the output
+    Equals :meth:`PEMultiheadAttention.attention` before the output
     projection (softmax of ``q k^T / sqrt(d)`` plus the iRPE terms, with
     the queries scaled before they meet ``r^K`` and the keys before
     ``r^Q``, as in the authors' release), without dropout.
