@@ -24,7 +24,7 @@ stored: on CUDA neither forward nor backward, on CPU the forward (PyTorch
 ``score_mod``.
 
 iRPE on values needs the attention probabilities themselves and is not
-supported here; :class:`~mmpe.models.layers.iRPEMultiheadAttention` falls
+supported here; :class:`~mmpe.models.layers.PEMultiheadAttention` falls
 back to its explicit path for it (see its ``attn_impl``).
 
 Compilation: FlexAttention is only fused when compiled
