@@ -2,6 +2,7 @@
 
     python tools/gpu_check.py                  # or: make gpu-check
     python tools/gpu_check.py --skip-benchmarks --out-dir work_dirs/gpu
+    python tools/gpu_check.py --benchmarks fused   # the kernel's aims only
 
 Without CUDA it prints one line and exits 0. With CUDA, in order:
 
@@ -31,8 +32,10 @@ The report (markdown) goes to ``--out-dir``/report.md, the results of every
 step (JSON) to ``--out-dir``/report.json; both also to ``--data-dir``
 (default docs/data) as ``gpu_check_<device>.md`` / ``.json``, which name the
 device and the versions of torch, Triton and CUDA (for a GPU session to
-commit). The report's path is printed last. Exit status 1 when a check
-failed.
+commit). They are written again after every step, so that a run cut short
+keeps what it measured (``complete`` in the JSON says whether every step
+ran). ``--benchmarks`` chooses among 5 and 6. The report's path is printed
+last. Exit status 1 when a check failed.
 """
 import argparse
 import json
@@ -47,7 +50,8 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 from gpu_checks import (CUDA_ATOL, FUSED_ARGS, GRIDS, check_fused,
-                        run_fused_benchmark, train_call, versions, write_data)
+                        run_fused_benchmark, train_call, versions,
+                        write_report)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..'))
 #: test files holding CUDA-only tests
@@ -55,6 +59,8 @@ CUDA_TESTS = ('tests/test_models/test_layers/test_irpe_flex.py',
               'tests/test_models/test_layers/test_backend_rule.py',
               'tests/test_compile/test_flex_recompiles.py',
               'tests/test_models/test_layers/test_triton_attention.py')
+#: the benchmark steps: --benchmarks name -> step name
+BENCHMARKS = {'fused': 'fused-aims', 'long': 'long', 'backbone': 'backbone'}
 LONG_ARGS = '--lengths 1050 4096 8192 --rounds 3'
 BACKBONE_ARGS = '--depth 3 --archs s'
 
@@ -68,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         'gpu_check_<device>.md / .json (default docs/data)')
     parser.add_argument('--skip-benchmarks', action='store_true',
                         help='only the tests and checks (minutes)')
+    parser.add_argument('--benchmarks', nargs='+', default=list(BENCHMARKS),
+                        choices=list(BENCHMARKS),
+                        help='the benchmarks run (default: all)')
     parser.add_argument('--long-args', default=LONG_ARGS,
                         help='more arguments of attention.py --long')
     parser.add_argument('--fused-args', default=FUSED_ARGS,
@@ -232,7 +241,8 @@ def main(argv=None) -> int:
              ('fused', lambda: check_fused(device)),
              ('memory', lambda: check_memory(device))]
     if not args.skip_benchmarks:
-        steps += [
+        chosen = {BENCHMARKS[b] for b in args.benchmarks}
+        steps += [step for step in [
             ('fused-aims', lambda: run_fused_benchmark(out_dir,
                                                        args.fused_args)),
             ('long', lambda: run_benchmark(
@@ -244,7 +254,9 @@ def main(argv=None) -> int:
                 '7. Backbone (CPU rows)', 'tools/benchmark/backbone.py',
                 shlex.split(args.backbone_args),
                 os.path.join(out_dir, 'backbone.json')))]
-    for name, step in steps:
+            if step[0] in chosen]
+    report = os.path.join(out_dir, 'report.md')
+    for i, (name, step) in enumerate(steps):
         print(f'gpu-check: {name} ...', flush=True)
         start = time.time()
         try:
@@ -257,20 +269,12 @@ def main(argv=None) -> int:
         steps_data[name] = dict(ok=ok, seconds=round(time.time() - start, 1),
                                 data=data[0] if data else None, report=part)
         lines += part
-    lines += ['## Summary', '', '| check | result |', '|---|---|'] + [
-        f"| {k} | {'passed' if v else 'FAILED'} |" for k, v in results.items()]
-    text = '\n'.join(lines) + '\n'
-    record = dict(env=env, host=platform.node(), args=vars(args),
-                  passed=all(results.values()), results=results,
-                  steps=steps_data)
-    report = os.path.join(out_dir, 'report.md')
-    with open(report, 'w') as f:
-        f.write(text)
-    with open(os.path.join(out_dir, 'report.json'), 'w') as f:
-        json.dump(record, f, indent=1)
-    with open(os.path.join(out_dir, 'summary.json'), 'w') as f:
-        json.dump(results, f, indent=1)
-    data_files = write_data(text, record, args.data_dir)
+        # written after every step: a run cut short keeps what it measured
+        data_files = write_report(
+            lines, dict(env=env, host=platform.node(), args=vars(args),
+                        complete=i + 1 == len(steps),
+                        passed=all(results.values()), results=results,
+                        steps=steps_data), out_dir, args.data_dir)
     print(f'gpu-check: {"passed" if all(results.values()) else "FAILED"}; '
           f"data: {', '.join(data_files)}; report: {report}")
     return 0 if all(results.values()) else 1

@@ -1,8 +1,9 @@
 """Parts of ``tools/gpu_check.py`` (``make gpu-check``): one training call
 of an attention core, the fused kernel against the explicit backend
 (forward and backward), the aims' benchmark of the fused kernel
-(``tools/benchmark/fused_cuda.py``), and the report's copy under
-``docs/data/`` (markdown and JSON, named after the device)."""
+(``tools/benchmark/fused_cuda.py``), and the report's files: markdown and
+JSON in the output folder, and their copy under ``docs/data/`` named after
+the device."""
 import json
 import os
 import re
@@ -220,3 +221,25 @@ def write_data(markdown: str, record: dict, data_dir: str) -> List[str]:
     with open(stem + '.json', 'w') as f:
         json.dump(record, f, indent=1)
     return [stem + '.md', stem + '.json']
+
+
+def summary_lines(results: Dict[str, bool]) -> List[str]:
+    """The report's closing table: each step passed or FAILED."""
+    return ['## Summary', '', '| check | result |', '|---|---|'] + [
+        f"| {k} | {'passed' if v else 'FAILED'} |" for k, v in results.items()]
+
+
+def write_report(lines: List[str], record: dict, out_dir: str,
+                 data_dir: str) -> List[str]:
+    """The report so far: ``lines`` and the summary of
+    ``record['results']`` as ``out_dir``/report.md, ``record`` as
+    report.json, the results as summary.json, and both files again in
+    ``data_dir`` (:func:`write_data`); returns the paths of the latter."""
+    text = '\n'.join(lines + summary_lines(record['results'])) + '\n'
+    with open(os.path.join(out_dir, 'report.md'), 'w') as f:
+        f.write(text)
+    with open(os.path.join(out_dir, 'report.json'), 'w') as f:
+        json.dump(record, f, indent=1)
+    with open(os.path.join(out_dir, 'summary.json'), 'w') as f:
+        json.dump(record['results'], f, indent=1)
+    return write_data(text, record, data_dir)

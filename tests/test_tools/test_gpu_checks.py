@@ -36,6 +36,27 @@ def test_write_data_names_the_files_after_the_device(tmp_path):
     assert json.loads(open(paths[1]).read()) == record
 
 
+def test_write_report_output_and_data_dirs(tmp_path):
+    """The report so far in the output folder (markdown with the summary
+    table, the record, the results) and its copy in the data folder."""
+    results = {'tests': True, 'fused': False}
+    record = dict(env=ENV, complete=False, passed=False, results=results)
+    lines = ['# mmpe gpu-check', '', f"on cuda ({ENV['device_name']})", '']
+    out = tmp_path / 'out'
+    out.mkdir()
+    paths = gpu_checks.write_report(lines, record, str(out),
+                                    str(tmp_path / 'data'))
+    text = (out / 'report.md').read_text()
+    assert text.startswith('\n'.join(lines))
+    assert text.endswith('| tests | passed |\n| fused | FAILED |\n')
+    assert json.loads((out / 'report.json').read_text()) == record
+    assert json.loads((out / 'summary.json').read_text()) == results
+    assert [os.path.basename(p) for p in paths] == [
+        'gpu_check_nvidia-h100-80gb-hbm3.md',
+        'gpu_check_nvidia-h100-80gb-hbm3.json']
+    assert open(paths[0]).read() == text
+
+
 @pytest.mark.parametrize('env,text,match', [
     ({k: v for k, v in ENV.items() if k != 'triton'}, ENV['device_name'],
      'triton'),
