@@ -7,8 +7,9 @@ from .encoder_pe_mixin import PEEncoderMixin
 from .pe_encoders import (PEDABDetrTransformerEncoder,
                           PEDetrTransformerEncoder,
                           PEDetrTransformerEncoderLayer)
-from .padding_aware import (PaddingAwareDETR, PaddingAwareMaskRCNN,
-                            PaddingAwareMixin, PaddingAwareRetinaNet)
+from .padding_aware import (PaddingAwareDETR, PaddingAwareDINO,
+                            PaddingAwareMaskRCNN, PaddingAwareMixin,
+                            PaddingAwareRetinaNet)
 
 # the names before the rename (these classes also carry RoPE, or nothing);
 # the registry knows the detectors under both names
@@ -20,7 +21,8 @@ iRPEDetrTransformerEncoderLayer = PEDetrTransformerEncoderLayer
 iRPEDABDetrTransformerEncoder = PEDABDetrTransformerEncoder
 
 __all__ = [
-    'PaddingAwareDETR', 'PaddingAwareMaskRCNN', 'PaddingAwareMixin',
+    'PaddingAwareDETR', 'PaddingAwareDINO', 'PaddingAwareMaskRCNN',
+    'PaddingAwareMixin',
     'PaddingAwareRetinaNet',
     'PEDETR', 'PEDetrTransformerEncoder', 'PEDetrTransformerEncoderLayer',
     'PEConditionalDETR', 'PEDABDETR', 'PEEncoderMixin',
