@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import torch
 from test_benchmark_and_visualisers import _tool
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
@@ -45,7 +46,7 @@ def test_cpu_run_json_and_report(tmp_path):
             (6, 64) if r['heads'] == 'vit-s' else (8, 32))
         for col in ('sdpa', 'fused', 'explicit'):
             assert _positive(r[col]['ms']) and len(r[col]['ms_all']) == 1
-            assert _positive(r[col]['peak_mb'])
+            assert _positive(r[col]['peak_mb']) and r[col]['error'] is None
         # the C++ kernel ran every setting here (no fallback)
         assert r['fused_backend'] == 'fused-cpu' and not r['fell_back']
         for key in ('time', 'peak'):
@@ -80,3 +81,31 @@ def test_grid_of_and_bad_arguments():
             assert e.code == 2
         else:
             raise AssertionError(f'{argv} accepted')
+
+
+def test_a_row_that_raises_is_reported_not_fatal():
+    """A column that raises (e.g. out of memory on a GPU) keeps its error;
+    the other columns are measured and its aims are not met."""
+    tool = _tool('benchmark', 'fused_cuda.py')
+    bench_measure = _tool('benchmark', 'bench_measure.py')
+    device = torch.device('cpu')
+
+    def fails(module, x, s):
+        raise RuntimeError('CUDA out of memory (a stand-in)')
+
+    rows = tool.build_rows(16, 2, (2, 3), ['ctx product k'], device)
+    rows[1] = bench_measure.Row('ctx product k (fused)', rows[1].module,
+                                fails, True, False)
+    s = tool.make_inputs(1, 2, 8, (2, 3), torch.float32, device)
+    meas = tool.measure_group(rows, s, 1, 1, device)
+    assert meas['ctx product k (fused)']['error'] == (
+        'RuntimeError: CUDA out of memory (a stand-in)')
+    assert meas['ctx product k (fused)']['ms'] is None
+    for name in ('sdpa', 'ctx product k (explicit)'):
+        assert meas[name]['error'] is None and _positive(meas[name]['ms'])
+    head = dict(length=6, grid=[2, 3], batch=1, heads='detr', num_heads=2,
+                head_dim=8, dtype='float32')
+    rec, = tool.setting_records(meas, ['ctx product k'], 'fused-cpu', head)
+    assert rec['met'] == {'time': False, 'peak': False}
+    assert rec['ratios'] == {'time': None, 'peak': None}
+    assert tool.table_line(rec).count('no (error)') == 2

@@ -180,29 +180,38 @@ def measure_group(rows: List[Row], s, rounds: int, warmup: int,
                   device: torch.device) -> Dict[str, dict]:
     """Warm up each row ``warmup`` times (recording its warnings: a
     fallback names itself there), time ``rounds`` interleaved rounds, then
-    each peak."""
+    each peak. A row that raises (e.g. out of memory) is left out of the
+    timing with its ``error``; the others go on."""
     timer = Timer(device)
-    warned = {}
+    warned, errors = {}, {}
     for row in rows:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
-            for _ in range(warmup):
-                clear_grads(row)
-                run_pass(row, s, 'fwd_bwd')
+            try:
+                for _ in range(warmup):
+                    clear_grads(row)
+                    run_pass(row, s, 'fwd_bwd')
+            except Exception as e:  # one row's failure is a result too
+                errors[row.name] = f'{type(e).__name__}: {e}'[:400]
+                if device.type == 'cuda':
+                    torch.cuda.empty_cache()
         warned[row.name] = sorted({str(w.message) for w in caught})
+    ran = [row for row in rows if row.name not in errors]
     for _ in range(rounds):
-        for row in rows:
+        for row in ran:
             clear_grads(row)
             row.times['fwd_bwd'].append(
                 timer(lambda: run_pass(row, s, 'fwd_bwd')))
     out = {}
     for row in rows:
-        peak = peak_memory(row, s, 'fwd_bwd', device)
+        ts = row.times['fwd_bwd']
+        peak = (None if row.name in errors else
+                peak_memory(row, s, 'fwd_bwd', device))
         out[row.name] = dict(
-            ms=statistics.median(row.times['fwd_bwd']) * 1e3,
-            ms_all=[t * 1e3 for t in row.times['fwd_bwd']],
+            ms=statistics.median(ts) * 1e3 if ts else None,
+            ms_all=[t * 1e3 for t in ts],
             peak_mb=None if peak is None else peak / 2**20,
-            warnings=warned[row.name])
+            warnings=warned[row.name], error=errors.get(row.name))
     return out
 
 
@@ -282,6 +291,8 @@ def _fmt(v: Optional[float], spec: str) -> str:
 
 
 def _met(rec: dict, key: str) -> str:
+    if rec['fused']['error'] or rec['sdpa']['error']:
+        return 'no (error)'
     if rec['fell_back']:
         return 'no (fell back)'
     return 'met' if rec['met'][key] else 'no'
@@ -328,6 +339,12 @@ def report_markdown(result: dict) -> str:
     fallbacks = sorted({m for r in records for m in r['fell_back']})
     if fallbacks:
         lines += ['Fallbacks:', ''] + [f'- {m}' for m in fallbacks] + ['']
+    errors = sorted({f"{r['length']} {r['heads']} {r['dtype']} {col}: "
+                     f"{r[col]['error']}" for r in records
+                     for col in ('sdpa', 'fused', 'explicit')
+                     if r[col]['error']})
+    if errors:
+        lines += ['Errors:', ''] + [f'- {m}' for m in errors] + ['']
     return '\n'.join(lines)
 
 
