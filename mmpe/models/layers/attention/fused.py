@@ -258,7 +258,7 @@ def kernel_layout(term: AxisValues) -> List[int]:
             term.col_buckets, offset, term.skip] + extras
 
 
-def _as_4d(x: Tensor) -> Tensor:
+def as_4d(x: Tensor) -> Tensor:
     return x.reshape((1, ) * (4 - x.dim()) + tuple(x.shape))
 
 
@@ -299,8 +299,8 @@ def fused_attention(q: Tensor,
     dtype = q.dtype
     compute = compute_dtype(dtype)  # of the mask and the values too
     if mask is not None:
-        mask = _as_4d(mask.to(compute))
-    values = {on: _as_4d(by_on[on].values.to(compute))
+        mask = as_4d(mask.to(compute))
+    values = {on: as_4d(by_on[on].values.to(compute))
               for on in ('k', 'q') if on in by_on}
     value_term = by_on.get('v')
     num_buckets = (value_term.values.shape[-2] if value_term is not None

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..terms.relative_term import AxisValues
+from .fused import as_4d, kernel_layout
 
 try:
     import triton
@@ -247,24 +248,16 @@ _triton_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def triton_layout(term: AxisValues) -> List[int]:
-    """The kernel's description of the terms' buckets: ``[product, Sy, Sx,
-    column offset, skip, extra0, extra1, queries on the grid]`` (-1: no
-    extra bucket)."""
-    extras = list(term.extras) + [-1] * (2 - len(term.extras))
-    offset = term.row_buckets if term.col_offset is None else term.col_offset
-    return [int(term.layout == 'product'), term.row_buckets,
-            term.col_buckets, offset, term.skip] + extras + [
-                int(term.query_grid)]
-
-
-def _as_4d(x: Tensor) -> Tensor:
-    return x.reshape((1, ) * (4 - x.dim()) + tuple(x.shape))
+    """The kernel's description of the terms' buckets: the CPU kernel's
+    (:func:`~.fused.kernel_layout`) and whether the queries are the grid's
+    tokens."""
+    return kernel_layout(term) + [int(term.query_grid)]
 
 
 def _rows_view(x: Tensor, b: int, h: int, length: int) -> Tensor:
     """``x`` as a (B, H, length, .) view of its broadcast form, last dim
     contiguous (stride-0 dims stay views)."""
-    x = _as_4d(x).expand(b, h, length, x.shape[-1])
+    x = as_4d(x).expand(b, h, length, x.shape[-1])
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
@@ -304,7 +297,7 @@ def triton_attention(q: Tensor,
     lk = k.shape[2]
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     if mask is not None:
-        mask = _as_4d(mask.float()).expand(b, h, lq, lk)
+        mask = as_4d(mask.float()).expand(b, h, lq, lk)
         if mask.stride(-1) != 1:
             mask = mask.contiguous()
     values = {

@@ -35,6 +35,23 @@ import triton.language as tl
 
 
 @triton.jit
+def _load_rows(X, b, h, s_b, s_h, s_l, offs, N, offs_d, D):
+    """Rows ``offs`` (< ``N``) of head ``(b, h)`` of a (B, H, N, D) tensor
+    with a contiguous last dim, zero-padded to the tile."""
+    return tl.load(X + b * s_b + h * s_h + offs[:, None] * s_l +
+                   offs_d[None, :],
+                   mask=(offs[:, None] < N) & (offs_d[None, :] < D), other=0.)
+
+
+@triton.jit
+def _store_rows(X, val, b, h, s_b, s_h, s_l, offs, N, offs_d, D):
+    """The counterpart of :func:`_load_rows` (in ``X``'s dtype)."""
+    tl.store(X + b * s_b + h * s_h + offs[:, None] * s_l + offs_d[None, :],
+             val.to(X.dtype.element_ty),
+             mask=(offs[:, None] < N) & (offs_d[None, :] < D))
+
+
+@triton.jit
 def _dot(a, b, IEEE: tl.constexpr):
     """``a @ b`` accumulated in float32: IEEE float32 products, or the
     tensor cores' products of ``b``'s dtype (``a`` cast to it)."""
@@ -60,6 +77,22 @@ def _grid_yx(t, SKIP, GW):
     """Grid row and column of tokens ``t`` (0 for leading tokens)."""
     g = tl.maximum(t - SKIP, 0)
     return g // GW, g % GW
+
+
+@triton.jit
+def _pairs(offs_m, offs_n, LQ, LK, SKIP, GW, QGRID: tl.constexpr):
+    """The tile's pairs: ``(inside, skipped, iy, ix, jy, jx)``, (BM, BN)
+    broadcastable: both tokens real, one of them a leading token, the grid
+    positions of query and key (queries off the grid: the origin)."""
+    i = offs_m[:, None]
+    j = offs_n[None, :]
+    jy, jx = _grid_yx(j, SKIP, GW)
+    if QGRID:
+        iy, ix = _grid_yx(i, SKIP, GW)
+    else:
+        iy = i * 0
+        ix = i * 0
+    return (i < LQ) & (j < LK), (i < SKIP) | (j < SKIP), iy, ix, jy, jx
 
 
 @triton.jit
@@ -95,15 +128,9 @@ def _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows, Cols,
     s = _dot(q, tl.trans(k), IEEE)
     i = offs_m[:, None]
     j = offs_n[None, :]
-    inside = (i < LQ) & (j < LK)
+    inside, skipped, iy, ix, jy, jx = _pairs(offs_m, offs_n, LQ, LK, SKIP,
+                                             GW, QGRID)
     if HAS_K or HAS_Q:
-        skipped = (i < SKIP) | (j < SKIP)
-        jy, jx = _grid_yx(j, SKIP, GW)
-        if QGRID:
-            iy, ix = _grid_yx(i, SKIP, GW)
-        else:
-            iy = i * 0
-            ix = i * 0
         if HAS_K:  # c^K_i[b(i, j)]: the query row's values
             first, second, use2 = _pair_buckets(iy, ix, jy, jx, skipped,
                                                 inside, Rows, Cols, RS, CS,
@@ -134,14 +161,8 @@ def _scatter_rows(Dst, vals, offs_m, offs_n, b, h, sd_b, sd_h, sd_l, LQ, LK,
     term on queries, ``b(j, i)``); float32 atomic adds."""
     i = offs_m[:, None]
     j = offs_n[None, :]
-    inside = (i < LQ) & (j < LK)
-    skipped = (i < SKIP) | (j < SKIP)
-    jy, jx = _grid_yx(j, SKIP, GW)
-    if QGRID:
-        iy, ix = _grid_yx(i, SKIP, GW)
-    else:
-        iy = i * 0
-        ix = i * 0
+    inside, skipped, iy, ix, jy, jx = _pairs(offs_m, offs_n, LQ, LK, SKIP,
+                                             GW, QGRID)
     if BY_KEY:
         first, second, use2 = _pair_buckets(jy, jx, iy, ix, skipped, inside,
                                             Rows, Cols, RS, CS, SX, OFF, E0,
@@ -177,21 +198,14 @@ def fused_forward_kernel(
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     row_ok = offs_m < LQ
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l +
-                offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.)
+    q = _load_rows(Q, b, h, sq_b, sq_h, sq_l, offs_m, LQ, offs_d, D)
     m_i = tl.full((BM, ), float('-inf'), tl.float32)
     l_i = tl.zeros((BM, ), tl.float32)
     acc = tl.zeros((BM, BDV), tl.float32)
     for n0 in range(0, LK, BN):
         offs_n = n0 + tl.arange(0, BN)
-        col_ok = offs_n < LK
-        k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l +
-                    offs_d[None, :],
-                    mask=col_ok[:, None] & (offs_d[None, :] < D), other=0.)
-        v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l +
-                    offs_dv[None, :],
-                    mask=col_ok[:, None] & (offs_dv[None, :] < DV), other=0.)
+        k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
+        v = _load_rows(V, b, h, sv_b, sv_h, sv_l, offs_n, LK, offs_dv, DV)
         s = _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows, Cols,
                         sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l, svq_b,
                         svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0,
@@ -209,17 +223,12 @@ def fused_forward_kernel(
     # a row with every key masked: 0 / 0 (NaN), as the softmax gives
     out = acc / l_i[:, None]
     lse = m_i + tl.log(l_i)
-    tl.store(Out + b * so_b + h * so_h + offs_m[:, None] * so_l +
-             offs_dv[None, :], out.to(Out.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_dv[None, :] < DV))
+    _store_rows(Out, out, b, h, so_b, so_h, so_l, offs_m, LQ, offs_dv, DV)
     tl.store(Lse + pid_bh.to(tl.int64) * LQ + offs_m, lse, mask=row_ok)
     if WITH_SUMS:  # Eq. 17: the probabilities' bucket sums, exact p
         for n0 in range(0, LK, BN):
             offs_n = n0 + tl.arange(0, BN)
-            k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l +
-                        offs_d[None, :],
-                        mask=(offs_n[:, None] < LK) & (offs_d[None, :] < D),
-                        other=0.)
+            k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
             s = _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows,
                             Cols, sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l,
                             svq_b, svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX,
@@ -244,18 +253,11 @@ def _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h, pid_bh,
     dropout scale ``M`` (1 without dropout), ``dP' = dO v^T (+ ds_i[b(i,
     j)])``, ``dE = P * (M * dP' - delta)``; zero outside the tokens."""
     i = offs_m[:, None]
-    j = offs_n[None, :]
-    inside = (i < LQ) & (j < LK)
+    inside, skipped, iy, ix, jy, jx = _pairs(offs_m, offs_n, LQ, LK, SKIP,
+                                             GW, QGRID)
     p = tl.where(inside, tl.exp(s - lse[:, None]), 0.)
     dp = _dot(do, tl.trans(v), IEEE)
     if WITH_SUMS:  # the term on values: dL/dp_ij += ds_i[b(i, j)]
-        skipped = (i < SKIP) | (j < SKIP)
-        jy, jx = _grid_yx(j, SKIP, GW)
-        if QGRID:
-            iy, ix = _grid_yx(i, SKIP, GW)
-        else:
-            iy = i * 0
-            ix = i * 0
         first, second, use2 = _pair_buckets(iy, ix, jy, jx, skipped, inside,
                                             Rows, Cols, RS, CS, SX, OFF, E0,
                                             E1, PRODUCT)
@@ -289,25 +291,15 @@ def fused_backward_kv_kernel(
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
-    col_ok = offs_n < LK
-    k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l +
-                offs_d[None, :],
-                mask=col_ok[:, None] & (offs_d[None, :] < D), other=0.)
-    v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l +
-                offs_dv[None, :],
-                mask=col_ok[:, None] & (offs_dv[None, :] < DVD), other=0.)
+    k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
+    v = _load_rows(V, b, h, sv_b, sv_h, sv_l, offs_n, LK, offs_dv, DVD)
     dk = tl.zeros((BN, BD), tl.float32)
     dv = tl.zeros((BN, BDV), tl.float32)
     for m0 in range(0, LQ, BM):
         offs_m = m0 + tl.arange(0, BM)
         row_ok = offs_m < LQ
-        q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l +
-                    offs_d[None, :],
-                    mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.)
-        do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l +
-                     offs_dv[None, :],
-                     mask=row_ok[:, None] & (offs_dv[None, :] < DVD),
-                     other=0.)
+        q = _load_rows(Q, b, h, sq_b, sq_h, sq_l, offs_m, LQ, offs_d, D)
+        do = _load_rows(DO, b, h, sdo_b, sdo_h, sdo_l, offs_m, LQ, offs_dv, DVD)
         lse = tl.load(Lse + pid_bh.to(tl.int64) * LQ + offs_m, mask=row_ok,
                       other=0.)
         delta = tl.load(Delta + pid_bh.to(tl.int64) * LQ + offs_m,
@@ -326,12 +318,8 @@ def fused_backward_kv_kernel(
             _scatter_rows(DVQ, de, offs_m, offs_n, b, h, sdq_b, sdq_h, sdq_l,
                           LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0,
                           E1, PRODUCT, QGRID, True)
-    tl.store(DK + b * sdk_b + h * sdk_h + offs_n[:, None] * sdk_l +
-             offs_d[None, :], dk.to(DK.dtype.element_ty),
-             mask=col_ok[:, None] & (offs_d[None, :] < D))
-    tl.store(DV + b * sdv_b + h * sdv_h + offs_n[:, None] * sdv_l +
-             offs_dv[None, :], dv.to(DV.dtype.element_ty),
-             mask=col_ok[:, None] & (offs_dv[None, :] < DVD))
+    _store_rows(DK, dk, b, h, sdk_b, sdk_h, sdk_l, offs_n, LK, offs_d, D)
+    _store_rows(DV, dv, b, h, sdv_b, sdv_h, sdv_l, offs_n, LK, offs_dv, DVD)
 
 
 @triton.jit
@@ -356,12 +344,8 @@ def fused_backward_q_kernel(
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     row_ok = offs_m < LQ
-    q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_l +
-                offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.)
-    do = tl.load(DO + b * sdo_b + h * sdo_h + offs_m[:, None] * sdo_l +
-                 offs_dv[None, :],
-                 mask=row_ok[:, None] & (offs_dv[None, :] < DVD), other=0.)
+    q = _load_rows(Q, b, h, sq_b, sq_h, sq_l, offs_m, LQ, offs_d, D)
+    do = _load_rows(DO, b, h, sdo_b, sdo_h, sdo_l, offs_m, LQ, offs_dv, DVD)
     lse = tl.load(Lse + pid_bh.to(tl.int64) * LQ + offs_m, mask=row_ok,
                   other=0.)
     delta = tl.load(Delta + pid_bh.to(tl.int64) * LQ + offs_m, mask=row_ok,
@@ -369,14 +353,8 @@ def fused_backward_q_kernel(
     dq = tl.zeros((BM, BD), tl.float32)
     for n0 in range(0, LK, BN):
         offs_n = n0 + tl.arange(0, BN)
-        col_ok = offs_n < LK
-        k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_l +
-                    offs_d[None, :],
-                    mask=col_ok[:, None] & (offs_d[None, :] < D), other=0.)
-        v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_l +
-                    offs_dv[None, :],
-                    mask=col_ok[:, None] & (offs_dv[None, :] < DVD),
-                    other=0.)
+        k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
+        v = _load_rows(V, b, h, sv_b, sv_h, sv_l, offs_n, LK, offs_dv, DVD)
         s = _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows, Cols,
                         sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l, svq_b,
                         svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0,
@@ -390,9 +368,7 @@ def fused_backward_q_kernel(
             _scatter_rows(DVK, de, offs_m, offs_n, b, h, sdk_b, sdk_h, sdk_l,
                           LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0,
                           E1, PRODUCT, QGRID, False)
-    tl.store(DQ + b * sdq_b + h * sdq_h + offs_m[:, None] * sdq_l +
-             offs_d[None, :], dq.to(DQ.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_d[None, :] < D))
+    _store_rows(DQ, dq, b, h, sdq_b, sdq_h, sdq_l, offs_m, LQ, offs_d, D)
 
 
 @triton.jit
