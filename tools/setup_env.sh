@@ -13,6 +13,9 @@
 # compiler is present, else for CPU; MMPE_MMCV_OPS=cpu asks for the CPU ops
 # only (the GPU hidden from the build: a quick check, about 2 minutes with
 # 16 jobs; the heads that call mmcv's CUDA ops then fail on CUDA).
+# MMPE_SYSTEM_SITE=1 makes the venv see the Python's own packages (a node
+# image whose Python has PyTorch and Triton: they are kept, as a torch
+# installed into .venv first is).
 #
 # The slow part of a first run is mmcv 2.1.0's C++ ops (about 12 minutes on two
 # cores); pip caches the built wheel, so later fresh venvs install it in seconds.
@@ -37,7 +40,7 @@ fi
 start=$(date +%s)
 if [ ! -x "$VENV/bin/python" ]; then
     echo "[setup] creating $VENV with $($PYTHON --version)"
-    "$PYTHON" -m venv "$VENV"
+    "$PYTHON" -m venv ${MMPE_SYSTEM_SITE:+--system-site-packages} "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip)
 OFFLINE=()
