@@ -35,8 +35,9 @@ exclude_patterns = ['_build', 'data', 'Thumbs.db', '.DS_Store']
 myst_heading_anchors = 6
 
 suppress_warnings = [
-    # docs/ablation.md is written by tools/experiments/ablation.py --markdown
-    # with level-3 headings (tables meant to be pasted into a page), and some
+    # docs/data/ablation.md, which docs/ablation.md includes, is written by
+    # tools/experiments/ablation.py --markdown with level-3 headings (tables
+    # meant to be pasted into a page), and some
     # pages go from level 2 to level 4 headings; neither breaks a link.
     'myst.header',
 ]
@@ -53,23 +54,3 @@ html_theme = 'furo'
 html_title = f'mmpe {release}'
 html_static_path = ['_static']
 html_show_sourcelink = False
-
-# docs/ablation.md is the table tools/experiments/ablation.py --markdown
-# writes (level-3 headings, no title); the site gives it a title and a line
-# on where it comes from, without changing the file.
-ABLATION_HEADER = """# Proxy ablation tables
-
-The tables `tools/experiments/ablation.py --markdown docs/ablation.md` wrote for the
-proxy ablation study (2026-11-22; what each row is, how it was run and what the numbers
-show: [Results](results.md#proxy-ablation-study-3-seeds)).
-
-"""
-
-
-def _title_ablation_tables(app, docname, source):
-    if docname == 'ablation':
-        source[0] = ABLATION_HEADER + source[0]
-
-
-def setup(app):
-    app.connect('source-read', _title_ablation_tables)

@@ -63,7 +63,7 @@ time) goes to stdout, to ``--out`` (JSON) and, with ``--markdown``, to a
 Markdown file::
 
     # all three studies, two runs at a time on a 2-core machine (~2.5 h)
-    python tools/experiments/ablation.py --jobs 2 --markdown docs/ablation.md
+    python tools/experiments/ablation.py --jobs 2 --markdown docs/data/ablation.md
     python tools/experiments/ablation.py --studies irpe_tab6 --seeds 0 1 2
     python tools/experiments/ablation.py --quick      # small, for a first look
 
