@@ -31,7 +31,6 @@ ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 SCRIPT = osp.join(ROOT, 'tools', 'analysis', 'docs_tables.py')
 # pages whose numbers have no data file yet, so the rule would fail there
 UNCHECKED = {
-    'docs/benchmark.md': 'tables other than the marked ones, no data file',
     'docs/results.md': 'tables other than the marked ones, no data file',
     'docs/user_guides/backbones.md': 'the CPVT Mask R-CNN AP50, no data',
     'docs/user_guides/vitdet.md': 'the ViTDet layout benchmarks, no JSON',
@@ -45,6 +44,14 @@ PROSE_PAGES = ['README.md'] + sorted(
 ALLOWED = {
     'README.md': {
         '2x': 'the test scale of the resolution sweep (a setting)',
+    },
+    'docs/benchmark.md': {
+        '10%': "the benchmark's padding of the second image (a setting)",
+        '1.9': "iRPE's piecewise ratio (a setting)",
+        '1.2x': "the backbone benchmark's aim (a target)",
+        '1.3x': "the aims' bound (a target)",
+        '1.5x': "the aims' bound (a target)",
+        '0.6x': "the Mask R-CNN step's aim (a target)",
     },
     'docs/get_started.md': {
         '0.5': 'the AP50 threshold the text compares against',
