@@ -69,7 +69,7 @@ from mmdet.registry import MODELS
 from mmdet.testing import demo_mm_inputs
 from mmdet.utils import register_all_modules
 from mmengine.config import Config, DictAction
-from mmengine.hub import get_config  # noqa: E402
+from mmengine.hub import get_config
 from mmengine.optim import build_optim_wrapper
 
 from mmpe.utils.bench_env import (add_device_args, benchmark_device,
