@@ -8,11 +8,12 @@ can), :meth:`~AttentionBackend.run` runs it. A backend reads the call only
 through :class:`AttentionRequest`, never the attention module that made it.
 """
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 from torch import Tensor, nn
 
+from ...common.tracing import is_exporting
 from ...terms.relative_term import RelativeTerm, split_terms
 from ..backend_rule import AttentionCall
 from ..ops import additive_mask
@@ -135,9 +136,13 @@ def register_backend(cls: type) -> type:
     return cls
 
 
-def axis_terms_reason(terms: Sequence[RelativeTerm]) -> Optional[str]:
-    """Why the fused kernels cannot read ``terms`` (they read per-axis
-    buckets, one term per role), or None."""
+def fused_common_reason(request: AttentionRequest) -> Optional[str]:
+    """What neither fused kernel (C++, Triton) takes, or None: an exported
+    graph (standard ops only), terms that are not per-axis buckets, one per
+    role."""
+    if is_exporting():
+        return 'exported graphs hold standard ops only'
+    terms = request.terms
     if any(term.axis_layout is None for term in terms) or len(
             {term.axis_on for term in terms}) != len(terms):
         return ('it takes terms over per-axis buckets, one per role (iRPE '

@@ -5,9 +5,8 @@ from typing import Optional
 
 from torch import Tensor
 
-from ...common.tracing import is_exporting
 from ..fused import FUSED_DTYPES, fused_attention, fused_unavailable_reason
-from .base import (AttentionBackend, AttentionRequest, axis_terms_reason,
+from .base import (AttentionBackend, AttentionRequest, fused_common_reason,
                    register_backend)
 
 
@@ -22,7 +21,7 @@ class FusedCPUBackend(AttentionBackend):
         q = request.q
         if q.device.type != 'cpu':
             return f'it runs on CPU, not {q.device.type}'
-        for why in (fused_unavailable_reason(), _common_reason(request)):
+        for why in (fused_unavailable_reason(), fused_common_reason(request)):
             if why is not None:
                 return why
         if q.dtype not in FUSED_DTYPES:
@@ -38,11 +37,3 @@ class FusedCPUBackend(AttentionBackend):
         r = request
         return fused_attention(r.q_logits, r.k, r.v, r.additive_mask(),
                                [term.axis_values() for term in r.terms])
-
-
-def _common_reason(request: AttentionRequest) -> Optional[str]:
-    """What neither fused kernel takes: an exported graph, terms without
-    per-axis buckets."""
-    if is_exporting():
-        return 'exported graphs hold standard ops only'
-    return axis_terms_reason(request.terms)

@@ -7,8 +7,8 @@ from torch import Tensor
 
 from ..fused_triton import (MAX_HEAD_DIM, TRITON_DTYPES, triton_attention,
                             triton_unavailable_reason)
-from .base import AttentionBackend, AttentionRequest, register_backend
-from .fused_cpu import _common_reason
+from .base import (AttentionBackend, AttentionRequest, fused_common_reason,
+                   register_backend)
 
 
 @register_backend
@@ -23,7 +23,7 @@ class FusedCUDABackend(AttentionBackend):
     def reason(self, request: AttentionRequest) -> Optional[str]:
         q = request.q
         for why in (triton_unavailable_reason(q.device),
-                    _common_reason(request)):
+                    fused_common_reason(request)):
             if why is not None:
                 return why
         if q.dtype not in TRITON_DTYPES:
