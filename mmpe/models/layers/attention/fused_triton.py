@@ -36,21 +36,12 @@ from torch import Tensor
 
 from ..terms.relative_term import AxisValues
 from .fused import as_4d, kernel_layout
-
-try:
-    import triton
-
-    from . import triton_kernels as _kernels
-    _TRITON_ERROR: Optional[str] = None
-except ImportError as e:  # no Triton (a CPU-only install without tests)
-    triton = _kernels = None
-    _TRITON_ERROR = f'Triton is not installed ({e})'
+from .triton_launch import (TRITON_IMPORT_ERROR, backward_launches,
+                            dropout_mask_launch, forward_launch)
+from . import triton_launch
 
 #: dtypes of q, k, v the kernel takes (statistics in float32)
 TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-#: Query rows and keys per tile (the forward, both backward kernels)
-BLOCK_M = 64
-BLOCK_N = 64
 #: The largest head dimension the tiles take
 MAX_HEAD_DIM = 256
 
@@ -58,52 +49,21 @@ MAX_HEAD_DIM = 256
 def interpreted() -> bool:
     """Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``
     when they were defined): then they take CPU tensors."""
-    if _kernels is None:
+    kernels = triton_launch._kernels
+    if kernels is None:
         return False
-    return type(_kernels.fused_forward_kernel).__name__ == \
+    return type(kernels.fused_forward_kernel).__name__ == \
         'InterpretedFunction'
 
 
 def triton_unavailable_reason(device: torch.device) -> Optional[str]:
     """Why the Triton kernel cannot run on ``device``, or None."""
-    if _TRITON_ERROR is not None:
-        return _TRITON_ERROR
+    if TRITON_IMPORT_ERROR is not None:
+        return TRITON_IMPORT_ERROR
     if device.type == 'cuda' or (device.type == 'cpu' and interpreted()):
         return None
     return (f'it runs on CUDA (or in Triton\'s interpreter, '
             f'TRITON_INTERPRET=1), not {device.type}')
-
-
-def _strides3(x: Optional[Tensor]) -> Tuple[int, int, int]:
-    return (0, 0, 0) if x is None else tuple(x.stride()[:3])
-
-
-def _pow2(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
-
-
-def _geometry(rows: Tensor, cols: Tensor, layout: Sequence[int]) -> tuple:
-    """``(SKIP, GW, RS, CS, SX, OFF, E0, E1)`` and the constexpr flags
-    ``(PRODUCT, QGRID)`` of the kernel's layout list (:func:`kernel_layout`).
-    """
-    product, _, sx, offset, skip, e0, e1, qgrid = layout
-    return ((skip, cols.shape[1], rows.shape[1], cols.shape[1], sx, offset,
-             e0, e1), bool(product), bool(qgrid))
-
-
-def _flags(q: Tensor, mask, values_k, values_q, with_sums: bool,
-           product: bool, qgrid: bool, dropout_p: float) -> dict:
-    """The kernels' constexpr switches (one compilation per combination).
-    ``IEEE``: float32 products (float32 inputs, as the explicit backend's:
-    no TF32; and bfloat16 in the interpreter, whose bfloat16 ``tl.dot``
-    returns garbage as of Triton 3.9: the operands are converted exactly,
-    only the rounding of ``P`` before ``P V`` differs from the GPU's)."""
-    ieee = q.dtype == torch.float32 or (q.dtype == torch.bfloat16
-                                        and interpreted())
-    return dict(HAS_MASK=mask is not None, HAS_K=values_k is not None,
-                HAS_Q=values_q is not None, WITH_SUMS=with_sums,
-                PRODUCT=product, QGRID=qgrid, IEEE=ieee,
-                HAS_DROPOUT=dropout_p > 0)
 
 
 def _seed(seed: Optional[Tensor]) -> int:
@@ -117,29 +77,10 @@ def _triton_op(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                with_sums: bool, num_buckets: int, rows: Tensor, cols: Tensor,
                layout: List[int], dropout_p: float,
                seed: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-    b, h, lq, d = q.shape
-    lk, dv = k.shape[2], v.shape[-1]
-    geo, product, qgrid = _geometry(rows, cols, layout)
-    out = q.new_empty(b, h, lq, dv)
-    lse = torch.empty(b, h, lq, device=q.device, dtype=torch.float32)
-    sums = (torch.zeros(b, h, lq, num_buckets, device=q.device,
-                        dtype=torch.float32) if with_sums else
-            q.new_empty((0, )))
-    flags = _flags(q, mask, values_k, values_q, with_sums, product, qgrid,
-                   dropout_p)
-    dummy = lse  # a pointer for absent inputs (never read)
-    grid = (triton.cdiv(lq, BLOCK_M), b * h)
-    _kernels.fused_forward_kernel[grid](
-        q, k, v, out, lse, dummy if mask is None else mask,
-        dummy if values_k is None else values_k,
-        dummy if values_q is None else values_q,
-        sums if with_sums else dummy, rows, cols,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(out),
-        *((0, ) * 4 if mask is None else mask.stride()),
-        *_strides3(values_k), *_strides3(values_q),
-        *_strides3(sums if with_sums else None),
-        h, lq, lk, d, dv, *geo, _seed(seed), float(dropout_p), **flags,
-        BM=BLOCK_M, BN=BLOCK_N, BD=_pow2(d), BDV=_pow2(dv))
+    launch, out, lse, sums = forward_launch(
+        q, k, v, mask, values_k, values_q, with_sums, num_buckets, rows,
+        cols, layout, _seed(seed), dropout_p, interpreted())
+    launch()
     return out, lse, sums
 
 
@@ -153,6 +94,17 @@ def _triton_fake(q, k, v, mask, values_k, values_q, with_sums, num_buckets,
             q.new_empty(b, h, lq, dtype=torch.float32), sums)
 
 
+def backward_delta(grad_out: Tensor, out: Tensor,
+                   grad_sums: Optional[Tensor],
+                   sums: Optional[Tensor]) -> Tensor:
+    """``delta_i = rowsum(P * dP) = dO_i . O_i (+ ds_i . s_i``, the value
+    term), float32 (B, H, Q)."""
+    delta = (grad_out.float() * out.float()).sum(-1)
+    if grad_sums is not None:
+        delta = delta + (grad_sums * sums).sum(-1)
+    return delta.contiguous()
+
+
 @torch.library.custom_op('mmpe::triton_attention_backward', mutates_args=())
 def _triton_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                         q: Tensor, k: Tensor, v: Tensor, out: Tensor,
@@ -161,47 +113,17 @@ def _triton_backward_op(grad_out: Tensor, grad_sums: Optional[Tensor],
                         values_q: Optional[Tensor], rows: Tensor,
                         cols: Tensor, layout: List[int], dropout_p: float,
                         seed: Optional[Tensor]) -> List[Tensor]:
-    b, h, lq, d = q.shape
-    lk, dv = k.shape[2], v.shape[-1]
-    geo, product, qgrid = _geometry(rows, cols, layout)
     grad_out = grad_out.contiguous()
-    # delta_i = rowsum(P * dP) = dO_i . O_i (+ ds_i . s_i, the value term)
-    delta = (grad_out.float() * out.float()).sum(-1)
     if grad_sums is not None:
         grad_sums = grad_sums.float().contiguous()
-        delta = delta + (grad_sums * sums).sum(-1)
-    delta = delta.contiguous()
-    dq, dk, dv_ = (torch.empty_like(x) for x in (q, k, v))
-    dvk = (None if values_k is None else torch.zeros(
-        b, h, lq, values_k.shape[-1], device=q.device, dtype=torch.float32))
-    dvq = (None if values_q is None else torch.zeros(
-        b, h, lk, values_q.shape[-1], device=q.device, dtype=torch.float32))
-    flags = _flags(q, mask, values_k, values_q, grad_sums is not None,
-                   product, qgrid, dropout_p)
-    dummy = lse
-    common = (dummy if mask is None else mask,
-              dummy if values_k is None else values_k,
-              dummy if values_q is None else values_q,
-              dummy if grad_sums is None else grad_sums)
-    strides = (*_strides3(q), *_strides3(k), *_strides3(v),
-               *_strides3(grad_out),
-               *((0, ) * 4 if mask is None else mask.stride()),
-               *_strides3(values_k), *_strides3(values_q),
-               *_strides3(grad_sums))
-    sizes = dict(BM=BLOCK_M, BN=BLOCK_N, BD=_pow2(d), BDV=_pow2(dv))
-    drop = (_seed(seed), float(dropout_p))
-    _kernels.fused_backward_kv_kernel[(triton.cdiv(lk, BLOCK_N), b * h)](
-        q, k, v, grad_out, lse, delta, *common, dk, dv_,
-        dummy if dvq is None else dvq, rows, cols, *strides,
-        *_strides3(dk), *_strides3(dv_), *_strides3(dvq),
-        h, lq, lk, d, dv, *geo, *drop, **flags, **sizes)
-    _kernels.fused_backward_q_kernel[(triton.cdiv(lq, BLOCK_M), b * h)](
-        q, k, v, grad_out, lse, delta, *common, dq,
-        dummy if dvk is None else dvk, rows, cols, *strides,
-        *_strides3(dq), *_strides3(dvk),
-        h, lq, lk, d, dv, *geo, *drop, **flags, **sizes)
+    delta = backward_delta(grad_out, out, grad_sums, sums)
+    launches, (dq, dk, dv, dvk, dvq) = backward_launches(
+        grad_out, grad_sums, q, k, v, delta, lse, mask, values_k, values_q,
+        rows, cols, layout, _seed(seed), dropout_p, interpreted())
+    for launch in launches:
+        launch()
     # broadcast values (a bias table) get the sum over their broadcast dims
-    grads = [dq, dk, dv_]
+    grads = [dq, dk, dv]
     for g, x in ((dvk, values_k), (dvq, values_q)):
         grads.append(q.new_empty((0, )) if x is None else
                      g.sum_to_size(x.shape).to(x.dtype).contiguous())
@@ -301,7 +223,7 @@ def triton_attention(q: Tensor,
         if mask.stride(-1) != 1:
             mask = mask.contiguous()
     values = {
-        on: _rows_view(by_on[on].values.float(), b, h,
+        on: _rows_view(by_on[on].values, b, h,
                        lq if on == 'k' else lk)
         for on in ('k', 'q') if on in by_on
     }
@@ -331,8 +253,5 @@ def dropout_mask(seed: Tensor, dropout_p: float, batch: int, heads: int,
     """The dropout scale (B, H, Q, L) a call with ``seed`` draws: ``1 /
     (1 - p)`` where a probability is kept, 0 where it is dropped."""
     out = torch.empty(batch * heads, queries, keys, device=device)
-    grid = (triton.cdiv(queries, BLOCK_M), batch * heads)
-    _kernels.dropout_mask_kernel[grid](out, _seed(seed), float(dropout_p),
-                                       heads, queries, keys, BM=BLOCK_M,
-                                       BN=BLOCK_N)
+    dropout_mask_launch(out, _seed(seed), dropout_p, heads, queries, keys)()
     return out.view(batch, heads, queries, keys)

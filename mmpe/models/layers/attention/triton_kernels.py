@@ -4,7 +4,7 @@ For scaled queries ``q`` (B, H, Q, d), keys ``k`` and values ``v``
 (B, H, L, d) and at most one per-axis relative term on each of keys,
 queries and values
 (:class:`~mmpe.models.layers.terms.relative_term.AxisValues`), the forward
-computes, one block of query rows per program and the keys in blocks,
+computes, one block of query rows per program and the keys in tiles,
 
 .. math::
 
@@ -12,169 +12,103 @@ computes, one block of query rows per program and the keys in blocks,
     o_i = \\sum_j p_{ij} v_j, \\quad s_{i\\beta} = \\sum_{j: b(i, j) =
     \\beta} p_{ij}
 
-with the online softmax (running maximum and sum, float32), the row
-log-sum-exp saved and the bucket sums ``s`` of the term on values (iRPE,
-Wu et al. ICCV 2021, Eq. 16-17; the bucket ``b(i, j)`` of Eq. 18 / the
-per-axis tables, as the CPU kernel reads it). The backward recomputes the
-probabilities from the log-sum-exp: one kernel per block of keys
+with the online softmax in base 2 (running maximum and sum, float32), the
+row log-sum-exp saved and the bucket sums ``s`` of the term on values
+(iRPE, Wu et al. ICCV 2021, Eq. 16-17; the bucket ``b(i, j)`` of Eq. 18 /
+the per-axis tables, as the CPU kernel reads it). The backward recomputes
+the probabilities from the log-sum-exp: one kernel per block of keys
 accumulates ``dk``, ``dv`` and the term on queries' gradient (rows owned
 by the key block), one per block of queries ``dq`` and the term on keys'
 gradient, with ``dE = P * (dP - delta)``, ``delta_i = dO_i . O_i +
 ds_i . s_i``. Attention dropout (``HAS_DROPOUT``) multiplies ``P`` by a
-mask scale drawn from Philox by (seed, batch-head, pair), the same in every
-kernel, so nothing of it is stored. The bucket sums of ``P`` and ``dE`` are atomic adds into
-float32 rows of the program's own tokens. No ``(L, L)`` tensor exists.
+mask scale drawn from Philox by (seed, batch-head, query, key), the same in
+every kernel, so nothing of it is stored. The bucket sums of ``P`` and
+``dE`` are relaxed (unfenced) float32 atomic adds into rows of the
+program's own tokens. No ``(L, L)`` tensor exists.
 
-Pairs with one of the ``SKIP`` leading tokens (class tokens) read the
-extra bucket(s) ``E0`` (+ ``E1``). With ``QGRID`` False the queries are not
-grid tokens (a decoder's cross-attention): every query sees the keys from
-the grid's origin, ``b(i, j) = (rows[0, jy], cols[0, jx])``.
+What keeps the tile lean (``tools/analysis/kernel_report.py`` reads the
+compiled code):
+
+- The bucket of a pair is ``part1 + part2`` (product) or the two buckets
+  ``part1`` and ``part2`` (cross), read from int32 tables that the launch
+  code prepares (``rows * Sx`` / ``rows``; ``cols`` / ``offset + cols``).
+  The row part comes from the key's grid row, and a tile of ``BN``
+  consecutive grid keys spans at most ``ROWS`` grid rows: each query row
+  loads its ``ROWS`` candidates once per tile and every pair selects one,
+  so only the column part is gathered per pair.
+- Key tiles walk the grid tokens: the leading (skip) tokens have a tile of
+  their own, the full tiles run without masks, one masked tail follows.
+  A padding mask that is the same for every query (``MASK == 1``) is one
+  vector per tile.
+- ``exp2`` with ``log2(e)`` folded into one multiply-add; grid geometry,
+  head dims and tile sizes are compile-time constants.
 """
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _load_rows(X, b, h, s_b, s_h, s_l, offs, N, offs_d, D):
-    """Rows ``offs`` (< ``N``) of head ``(b, h)`` of a (B, H, N, D) tensor
-    with a contiguous last dim, zero-padded to the tile."""
-    return tl.load(X + b * s_b + h * s_h + offs[:, None] * s_l +
-                   offs_d[None, :],
-                   mask=(offs[:, None] < N) & (offs_d[None, :] < D), other=0.)
+from .triton_tiles import (LOG2E, dot, dropout_scale, gather, grad_logits,
+                           key_side, load_tile, logits, query_side, scatter,
+                           store_tile)
 
 
 @triton.jit
-def _store_rows(X, val, b, h, s_b, s_h, s_l, offs, N, offs_d, D):
-    """The counterpart of :func:`_load_rows` (in ``X``'s dtype)."""
-    tl.store(X + b * s_b + h * s_h + offs[:, None] * s_l + offs_d[None, :],
-             val.to(X.dtype.element_ty),
-             mask=(offs[:, None] < N) & (offs_d[None, :] < D))
+def _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l, sv_l, j0, JEND, LK,
+              i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols, RH,
+              GW, qrows_vk, VQ, vqbase, svq_l, SEED, P_DROP, pid_bh,
+              D: tl.constexpr, DV: tl.constexpr, BD: tl.constexpr,
+              BDV: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
+              HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
+              PRODUCT: tl.constexpr, SKIP: tl.constexpr, ROWS: tl.constexpr,
+              IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+              EDGE: tl.constexpr):
+    """One key tile of the forward, the online softmax's update: keys
+    ``j0 + [0, BN)``; ``EDGE`` (the skip tokens' tile, the tail): those
+    from ``JEND`` on are masked out."""
+    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, BN, SKIP, ROWS)
+    k = load_tile(K, kbase, j, JEND, sk_l, D, BD, EDGE)
+    v = load_tile(V, vbase, j, JEND, sv_l, DV, BDV, EDGE)
+    kbias = tl.where(j < JEND, 0., float('-inf'))
+    s, _, _, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias,
+                            Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk,
+                            VQ + vqbase + jc.to(tl.int64) * svq_l, MASK,
+                            HAS_K, HAS_Q, False, PRODUCT, SKIP, ROWS, IEEE,
+                            EDGE)
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # rows masked so far: keep exp2() away from (-inf) - (-inf)
+    m_safe = tl.where(m_new == float('-inf'), 0., m_new) * LOG2E
+    alpha = tl.math.exp2(m_i * LOG2E - m_safe)
+    p = tl.math.exp2(s * LOG2E - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if HAS_DROPOUT:  # the normaliser sums the undropped probabilities
+        p = p * dropout_scale(SEED, P_DROP, pid_bh, i, j)
+    acc = acc * alpha[:, None] + dot(p, v, IEEE)
+    return acc, m_new, l_i
 
 
 @triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
-    """``a @ b`` accumulated in float32: IEEE float32 products, or the
-    tensor cores' products of ``b``'s dtype (``a`` cast to it)."""
-    if IEEE:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32),
-                      input_precision='ieee')
-    return tl.dot(a.to(b.dtype), b)
-
-
-@triton.jit
-def _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK):
-    """Attention dropout of a tile: ``1 / (1 - p)`` where kept, 0 where
-    dropped; one Philox stream per (batch, head) (key ``SEED + pid_bh``),
-    the pair ``(i, j)`` at offset ``i * LK + j``: the forward and both
-    backward kernels draw the same mask."""
-    offsets = offs_m[:, None] * LK + offs_n[None, :]
-    keep = tl.rand(SEED + pid_bh, offsets) >= P_DROP
-    return tl.where(keep, 1.0 / (1.0 - P_DROP), 0.)
-
-
-@triton.jit
-def _grid_yx(t, SKIP, GW):
-    """Grid row and column of tokens ``t`` (0 for leading tokens)."""
-    g = tl.maximum(t - SKIP, 0)
-    return g // GW, g % GW
-
-
-@triton.jit
-def _pairs(offs_m, offs_n, LQ, LK, SKIP, GW, QGRID: tl.constexpr):
-    """The tile's pairs: ``(inside, skipped, iy, ix, jy, jx)``, (BM, BN)
-    broadcastable: both tokens real, one of them a leading token, the grid
-    positions of query and key (queries off the grid: the origin)."""
-    i = offs_m[:, None]
-    j = offs_n[None, :]
-    jy, jx = _grid_yx(j, SKIP, GW)
-    if QGRID:
-        iy, ix = _grid_yx(i, SKIP, GW)
-    else:
-        iy = i * 0
-        ix = i * 0
-    return (i < LQ) & (j < LK), (i < SKIP) | (j < SKIP), iy, ix, jy, jx
-
-
-@triton.jit
-def _pair_buckets(vy, vx, oy, ox, skipped, inside, Rows, Cols, RS, CS, SX,
-                  OFF, E0, E1, PRODUCT: tl.constexpr):
-    """The bucket(s) of the viewer at ``(vy, vx)`` against the other token
-    at ``(oy, ox)``: ``(first, second, use_second)``; product: ``u * SX +
-    v`` alone, cross: ``u`` and ``OFF + v``; skipped pairs: ``E0`` (and
-    ``E1`` where it is >= 0)."""
-    on_grid = inside & (skipped == 0)
-    u = tl.load(Rows + vy * RS + oy, mask=on_grid, other=0)
-    v = tl.load(Cols + vx * CS + ox, mask=on_grid, other=0)
-    if PRODUCT:
-        first = tl.where(skipped, E0, u * SX + v)
-        second = tl.zeros_like(first) + E1
-        use_second = skipped & (second >= 0)
-    else:
-        first = tl.where(skipped, E0, u)
-        second = tl.where(skipped, E1, OFF + v)
-        use_second = second >= 0  # off the grid: always
-    return first, second, use_second & inside
-
-
-@triton.jit
-def _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows, Cols,
-                sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l, svq_b, svq_h,
-                svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0, E1,
-                HAS_MASK: tl.constexpr, HAS_K: tl.constexpr,
-                HAS_Q: tl.constexpr, PRODUCT: tl.constexpr,
-                QGRID: tl.constexpr, IEEE: tl.constexpr):
-    """The float32 logits (BM, BN) of a tile: ``q k^T``, the terms, the
-    mask; ``-inf`` at keys past ``LK``."""
-    s = _dot(q, tl.trans(k), IEEE)
-    i = offs_m[:, None]
-    j = offs_n[None, :]
-    inside, skipped, iy, ix, jy, jx = _pairs(offs_m, offs_n, LQ, LK, SKIP,
-                                             GW, QGRID)
-    if HAS_K or HAS_Q:
-        if HAS_K:  # c^K_i[b(i, j)]: the query row's values
-            first, second, use2 = _pair_buckets(iy, ix, jy, jx, skipped,
-                                                inside, Rows, Cols, RS, CS,
-                                                SX, OFF, E0, E1, PRODUCT)
-            row = VK + b * svk_b + h * svk_h + i * svk_l
-            s += tl.load(row + first, mask=inside, other=0.).to(tl.float32)
-            s += tl.load(row + second, mask=use2, other=0.).to(tl.float32)
-        if HAS_Q:  # c^Q_j[b(j, i)]: seen from the key
-            first, second, use2 = _pair_buckets(jy, jx, iy, ix, skipped,
-                                                inside, Rows, Cols, RS, CS,
-                                                SX, OFF, E0, E1, PRODUCT)
-            row = VQ + b * svq_b + h * svq_h + j * svq_l
-            s += tl.load(row + first, mask=inside, other=0.).to(tl.float32)
-            s += tl.load(row + second, mask=use2, other=0.).to(tl.float32)
-    if HAS_MASK:
-        s += tl.load(Mask + b * sm_b + h * sm_h + i * sm_i + j * sm_j,
-                     mask=inside, other=0.).to(tl.float32)
-    return tl.where(j < LK, s, float('-inf'))
-
-
-@triton.jit
-def _scatter_rows(Dst, vals, offs_m, offs_n, b, h, sd_b, sd_h, sd_l, LQ, LK,
-                  SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0, E1,
-                  PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-                  BY_KEY: tl.constexpr):
-    """``Dst[r, b(r, o)] += vals`` for the tile's pairs: ``r`` the query
-    (``BY_KEY`` False: the term on keys / values) or the key (True: the
-    term on queries, ``b(j, i)``); float32 atomic adds."""
-    i = offs_m[:, None]
-    j = offs_n[None, :]
-    inside, skipped, iy, ix, jy, jx = _pairs(offs_m, offs_n, LQ, LK, SKIP,
-                                             GW, QGRID)
-    if BY_KEY:
-        first, second, use2 = _pair_buckets(jy, jx, iy, ix, skipped, inside,
-                                            Rows, Cols, RS, CS, SX, OFF, E0,
-                                            E1, PRODUCT)
-        row = Dst + b * sd_b + h * sd_h + j * sd_l
-    else:
-        first, second, use2 = _pair_buckets(iy, ix, jy, jx, skipped, inside,
-                                            Rows, Cols, RS, CS, SX, OFF, E0,
-                                            E1, PRODUCT)
-        row = Dst + b * sd_b + h * sd_h + i * sd_l
-    tl.atomic_add(row + first, vals, mask=inside)
-    tl.atomic_add(row + second, vals, mask=use2)
+def _sums_tile(q, K, kbase, sk_l, j0, JEND, LK, i, vy, vx, qrow_mask, Mask,
+               mbase, sm_j, Rows, Cols, RH, GW, qrows_vk, VQ, vqbase,
+               svq_l, lse2, srows, SEED, P_DROP, pid_bh, D: tl.constexpr,
+               BD: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
+               HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
+               PRODUCT: tl.constexpr, SKIP: tl.constexpr, ROWS: tl.constexpr,
+               IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+               EDGE: tl.constexpr):
+    """One key tile of the value term's bucket sums (Eq. 17) with the exact
+    probabilities ``exp2(e log2(e) - lse2)``."""
+    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, BN, SKIP, ROWS)
+    k = load_tile(K, kbase, j, JEND, sk_l, D, BD, EDGE)
+    kbias = tl.where(j < JEND, 0., float('-inf'))
+    s, p1, p2, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx,
+                              kbias, Mask, mbase, sm_j, Rows, Cols, RH, GW,
+                              qrows_vk,
+                              VQ + vqbase + jc.to(tl.int64) * svq_l, MASK,
+                              HAS_K, HAS_Q, True, PRODUCT, SKIP, ROWS, IEEE,
+                              EDGE)
+    p = tl.math.exp2(s * LOG2E - lse2[:, None])
+    if HAS_DROPOUT:  # the value term sees the dropped probabilities
+        p = p * dropout_scale(SEED, P_DROP, pid_bh, i, j)
+    scatter(srows, p1, p2, p, False, PRODUCT)
 
 
 @triton.jit
@@ -183,91 +117,76 @@ def fused_forward_kernel(
         sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
         so_b, so_h, so_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, ss_b, ss_h, ss_l,
-        H, LQ, LK, D, DV, SKIP, GW, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
-        HAS_MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
-        WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-        IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr, BM: tl.constexpr,
-        BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+        H, LQ, LK, GW, RH, SEED, P_DROP,
+        D: tl.constexpr, DV: tl.constexpr, SKIP: tl.constexpr,
+        ROWS: tl.constexpr, MASK: tl.constexpr, HAS_K: tl.constexpr,
+        HAS_Q: tl.constexpr, WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
+        QGRID: tl.constexpr, IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+        BDV: tl.constexpr, BSK: tl.constexpr):
     """Output, row log-sum-exp and (``WITH_SUMS``) the bucket sums of a
-    block of ``BM`` query rows (module docstring)."""
+    block of ``BM`` query rows (module docstring): the skip tokens' tile,
+    the full tiles of grid keys unmasked, the tail."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_d = tl.arange(0, BD)
-    offs_dv = tl.arange(0, BDV)
-    row_ok = offs_m < LQ
-    q = _load_rows(Q, b, h, sq_b, sq_h, sq_l, offs_m, LQ, offs_d, D)
+    i = pid_m * BM + tl.arange(0, BM)
+    ic, vy, vx = query_side(i, LQ, RH, GW, SKIP, QGRID)
+    q = load_tile(Q, b * sq_b + h * sq_h, i, LQ, sq_l, D, BD, True)
+    kbase = b * sk_b + h * sk_h
+    vbase = b * sv_b + h * sv_h
+    mbase = b * sm_b + h * sm_h
+    vqbase = b * svq_b + h * svq_h
+    qrow_mask = ic.to(tl.int64) * sm_i
+    qrows_vk = VK + b * svk_b + h * svk_h + ic.to(tl.int64) * svk_l
     m_i = tl.full((BM, ), float('-inf'), tl.float32)
     l_i = tl.zeros((BM, ), tl.float32)
     acc = tl.zeros((BM, BDV), tl.float32)
-    for n0 in range(0, LK, BN):
-        offs_n = n0 + tl.arange(0, BN)
-        k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
-        v = _load_rows(V, b, h, sv_b, sv_h, sv_l, offs_n, LK, offs_dv, DV)
-        s = _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows, Cols,
-                        sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l, svq_b,
-                        svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0,
-                        E1, HAS_MASK, HAS_K, HAS_Q, PRODUCT, QGRID, IEEE)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # rows masked so far: keep exp() away from (-inf) - (-inf)
-        m_safe = tl.where(m_new == float('-inf'), 0., m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if HAS_DROPOUT:  # the normaliser sums the undropped probabilities
-            p = p * _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK)
-        acc = acc * alpha[:, None] + _dot(p, v, IEEE)
-        m_i = m_new
+    args = (Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk, VQ, vqbase,
+            svq_l, SEED, P_DROP, pid_bh)
+    if SKIP > 0:
+        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
+                                  sv_l, 0, SKIP, LK, i, vy, vx, qrow_mask,
+                                  *args, D, DV, BD, BDV, BSK, MASK, HAS_K,
+                                  HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
+                                  HAS_DROPOUT, True)
+    full_end = SKIP + (LK - SKIP) // BN * BN
+    for j0 in range(SKIP, full_end, BN):
+        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
+                                  sv_l, j0, LK, LK, i, vy, vx, qrow_mask,
+                                  *args, D, DV, BD, BDV, BN, MASK, HAS_K,
+                                  HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
+                                  HAS_DROPOUT, False)
+    if full_end < LK:
+        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
+                                  sv_l, full_end, LK, LK, i, vy, vx,
+                                  qrow_mask, *args, D, DV, BD, BDV, BN, MASK,
+                                  HAS_K, HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
+                                  HAS_DROPOUT, True)
     # a row with every key masked: 0 / 0 (NaN), as the softmax gives
     out = acc / l_i[:, None]
     lse = m_i + tl.log(l_i)
-    _store_rows(Out, out, b, h, so_b, so_h, so_l, offs_m, LQ, offs_dv, DV)
-    tl.store(Lse + pid_bh.to(tl.int64) * LQ + offs_m, lse, mask=row_ok)
+    store_tile(Out, b * so_b + h * so_h, out, i, LQ, so_l, DV, BDV)
+    tl.store(Lse + pid_bh.to(tl.int64) * LQ + i, lse, mask=i < LQ)
     if WITH_SUMS:  # Eq. 17: the probabilities' bucket sums, exact p
-        for n0 in range(0, LK, BN):
-            offs_n = n0 + tl.arange(0, BN)
-            k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
-            s = _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows,
-                            Cols, sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l,
-                            svq_b, svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX,
-                            OFF, E0, E1, HAS_MASK, HAS_K, HAS_Q, PRODUCT,
-                            QGRID, IEEE)
-            p = tl.exp(s - lse[:, None])
-            if HAS_DROPOUT:  # the value term sees the dropped probabilities
-                p = p * _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n,
-                                       LK)
-            _scatter_rows(Sums, p, offs_m, offs_n, b, h, ss_b, ss_h, ss_l,
-                          LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0,
-                          E1, PRODUCT, QGRID, False)
-
-
-@triton.jit
-def _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h, pid_bh,
-                 sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX,
-                 OFF, E0, E1, SEED, P_DROP, WITH_SUMS: tl.constexpr,
-                 PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-                 IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr):
-    """``(P', dE)`` of a tile: ``P = exp(e - lse)``, ``P' = P * M`` with the
-    dropout scale ``M`` (1 without dropout), ``dP' = dO v^T (+ ds_i[b(i,
-    j)])``, ``dE = P * (M * dP' - delta)``; zero outside the tokens."""
-    i = offs_m[:, None]
-    inside, skipped, iy, ix, jy, jx = _pairs(offs_m, offs_n, LQ, LK, SKIP,
-                                             GW, QGRID)
-    p = tl.where(inside, tl.exp(s - lse[:, None]), 0.)
-    dp = _dot(do, tl.trans(v), IEEE)
-    if WITH_SUMS:  # the term on values: dL/dp_ij += ds_i[b(i, j)]
-        first, second, use2 = _pair_buckets(iy, ix, jy, jx, skipped, inside,
-                                            Rows, Cols, RS, CS, SX, OFF, E0,
-                                            E1, PRODUCT)
-        row = GS + b * sg_b + h * sg_h + i * sg_l
-        dp += tl.load(row + first, mask=inside, other=0.)
-        dp += tl.load(row + second, mask=use2, other=0.)
-    if HAS_DROPOUT:
-        scale = _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK)
-        return p * scale, p * (dp * scale - delta[:, None])
-    return p, p * (dp - delta[:, None])
+        # rows past LQ (clamped onto the last row) add nothing
+        lse2 = tl.where(i < LQ, lse * LOG2E, float('inf'))
+        srows = Sums + b * ss_b + h * ss_h + ic.to(tl.int64) * ss_l
+        sargs = (Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk, VQ,
+                 vqbase, svq_l, lse2, srows, SEED, P_DROP, pid_bh)
+        if SKIP > 0:
+            _sums_tile(q, K, kbase, sk_l, 0, SKIP, LK, i, vy, vx, qrow_mask,
+                       *sargs, D, BD, BSK, MASK, HAS_K, HAS_Q, PRODUCT,
+                       SKIP, ROWS, IEEE, HAS_DROPOUT, True)
+        for j0 in range(SKIP, full_end, BN):
+            _sums_tile(q, K, kbase, sk_l, j0, LK, LK, i, vy, vx, qrow_mask,
+                       *sargs, D, BD, BN, MASK, HAS_K, HAS_Q, PRODUCT, SKIP,
+                       ROWS, IEEE, HAS_DROPOUT, False)
+        if full_end < LK:
+            _sums_tile(q, K, kbase, sk_l, full_end, LK, LK, i, vy, vx,
+                       qrow_mask, *sargs, D, BD, BN, MASK, HAS_K, HAS_Q,
+                       PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, True)
 
 
 @triton.jit
@@ -277,49 +196,89 @@ def fused_backward_kv_kernel(
         sdo_b, sdo_h, sdo_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, sg_b, sg_h, sg_l,
         sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, sdq_b, sdq_h, sdq_l,
-        H, LQ, LK, D, DVD, SKIP, GW, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
-        HAS_MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
-        WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-        IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr, BM: tl.constexpr,
-        BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+        H, LQ, LK, GW, RH, SEED, P_DROP,
+        D: tl.constexpr, DVD: tl.constexpr, SKIP: tl.constexpr,
+        ROWS: tl.constexpr, MASK: tl.constexpr, HAS_K: tl.constexpr,
+        HAS_Q: tl.constexpr, WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
+        QGRID: tl.constexpr, IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+        BDV: tl.constexpr, BSK: tl.constexpr):
     """``dk``, ``dv`` of a block of ``BN`` keys and, with a term on
-    queries, its values' gradient rows of those keys."""
+    queries, its values' gradient rows of those keys. The keys' positions,
+    validity and a key padding mask are fixed for the program (one bias
+    vector); the loop walks the query blocks."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_d = tl.arange(0, BD)
-    offs_dv = tl.arange(0, BDV)
-    k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
-    v = _load_rows(V, b, h, sv_b, sv_h, sv_l, offs_n, LK, offs_dv, DVD)
+    j, jc, jy0, r, jx = key_side(pid_n * BN, LK, RH, GW, BN, SKIP, ROWS)
+    k = load_tile(K, b * sk_b + h * sk_h, j, LK, sk_l, D, BD, True)
+    v = load_tile(V, b * sv_b + h * sv_h, j, LK, sv_l, DVD, BDV, True)
+    mbase = b * sm_b + h * sm_h
+    kbias = tl.where(j < LK, 0., float('-inf'))
+    if MASK == 1:  # the same for every query: once per program
+        kbias += tl.load(Mask + mbase + jc * sm_j).to(tl.float32)
+    krows_vq = VQ + b * svq_b + h * svq_h + jc.to(tl.int64) * svq_l
+    krows_dvq = DVQ + b * sdq_b + h * sdq_h + jc.to(tl.int64) * sdq_l
+    qbase = b * sq_b + h * sq_h
+    dobase = b * sdo_b + h * sdo_h
     dk = tl.zeros((BN, BD), tl.float32)
     dv = tl.zeros((BN, BDV), tl.float32)
     for m0 in range(0, LQ, BM):
-        offs_m = m0 + tl.arange(0, BM)
-        row_ok = offs_m < LQ
-        q = _load_rows(Q, b, h, sq_b, sq_h, sq_l, offs_m, LQ, offs_d, D)
-        do = _load_rows(DO, b, h, sdo_b, sdo_h, sdo_l, offs_m, LQ, offs_dv, DVD)
-        lse = tl.load(Lse + pid_bh.to(tl.int64) * LQ + offs_m, mask=row_ok,
-                      other=0.)
-        delta = tl.load(Delta + pid_bh.to(tl.int64) * LQ + offs_m,
-                        mask=row_ok, other=0.)
-        s = _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows, Cols,
-                        sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l, svq_b,
-                        svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0,
-                        E1, HAS_MASK, HAS_K, HAS_Q, PRODUCT, QGRID, IEEE)
-        p, de = _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h,
-                             pid_bh, sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows,
-                             Cols, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
-                             WITH_SUMS, PRODUCT, QGRID, IEEE, HAS_DROPOUT)
-        dv += _dot(tl.trans(p), do, IEEE)
-        dk += _dot(tl.trans(de), q, IEEE)
+        i = m0 + tl.arange(0, BM)
+        ic, vy, vx = query_side(i, LQ, RH, GW, SKIP, QGRID)
+        q = load_tile(Q, qbase, i, LQ, sq_l, D, BD, True)
+        do = load_tile(DO, dobase, i, LQ, sdo_l, DVD, BDV, True)
+        lse2 = tl.load(Lse + pid_bh.to(tl.int64) * LQ + i, mask=i < LQ,
+                       other=float('inf')) * LOG2E
+        delta = tl.load(Delta + pid_bh.to(tl.int64) * LQ + i, mask=i < LQ,
+                        other=0.)
+        s, p1, p2, q1, q2 = logits(
+            q, k, vy, vx, ic.to(tl.int64) * sm_i, jc, jy0, r, jx, kbias,
+            Mask, mbase, sm_j, Rows, Cols, RH, GW,
+            VK + b * svk_b + h * svk_h + ic.to(tl.int64) * svk_l, krows_vq,
+            MASK * (MASK == 2), HAS_K, HAS_Q, WITH_SUMS, PRODUCT, SKIP, ROWS,
+            IEEE, True)
+        p, de = grad_logits(
+            s, lse2, delta, do, v,
+            GS + b * sg_b + h * sg_h + ic.to(tl.int64) * sg_l, p1, p2, i, j,
+            SEED, P_DROP, pid_bh, WITH_SUMS, PRODUCT, IEEE, HAS_DROPOUT)
+        dv += dot(tl.trans(p), do, IEEE)
+        dk += dot(tl.trans(de), q, IEEE)
         if HAS_Q:  # dc^Q_j[b(j, i)] += dE_ij: rows of this block's keys
-            _scatter_rows(DVQ, de, offs_m, offs_n, b, h, sdq_b, sdq_h, sdq_l,
-                          LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0,
-                          E1, PRODUCT, QGRID, True)
-    _store_rows(DK, dk, b, h, sdk_b, sdk_h, sdk_l, offs_n, LK, offs_d, D)
-    _store_rows(DV, dv, b, h, sdv_b, sdv_h, sdv_l, offs_n, LK, offs_dv, DVD)
+            scatter(krows_dvq, q1, q2, de, True, PRODUCT)
+    store_tile(DK, b * sdk_b + h * sdk_h, dk, j, LK, sdk_l, D, BD)
+    store_tile(DV, b * sdv_b + h * sdv_h, dv, j, LK, sdv_l, DVD, BDV)
+
+
+@triton.jit
+def _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l, sv_l, j0,
+                JEND, LK, i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols,
+                RH, GW, qrows_vk, VQ, vqbase, svq_l, gsrows, dvkrows,
+                SEED, P_DROP, pid_bh, D: tl.constexpr, DVD: tl.constexpr,
+                BD: tl.constexpr, BDV: tl.constexpr, BN: tl.constexpr,
+                MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
+                WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
+                SKIP: tl.constexpr, ROWS: tl.constexpr, IEEE: tl.constexpr,
+                HAS_DROPOUT: tl.constexpr, EDGE: tl.constexpr):
+    """One key tile of the query block's backward: ``dq`` and the term on
+    keys' gradient (bucket sums of ``dE`` into the block's own rows)."""
+    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, BN, SKIP, ROWS)
+    k = load_tile(K, kbase, j, JEND, sk_l, D, BD, EDGE)
+    v = load_tile(V, vbase, j, JEND, sv_l, DVD, BDV, EDGE)
+    kbias = tl.where(j < JEND, 0., float('-inf'))
+    s, p1, p2, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias,
+                              Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk,
+                              VQ + vqbase + jc.to(tl.int64) * svq_l, MASK,
+                              HAS_K, HAS_Q, WITH_SUMS, PRODUCT, SKIP, ROWS,
+                              IEEE, EDGE)
+    _, de = grad_logits(s, lse2, delta, do, v, gsrows, p1, p2, i, j, SEED,
+                         P_DROP, pid_bh, WITH_SUMS, PRODUCT, IEEE,
+                         HAS_DROPOUT)
+    dq += dot(de, k, IEEE)
+    if HAS_K:  # dc^K_i[b(i, j)] += dE_ij: rows of this block's queries
+        scatter(dvkrows, p1, p2, de, False, PRODUCT)
+    return dq
 
 
 @triton.jit
@@ -329,46 +288,55 @@ def fused_backward_q_kernel(
         sdo_b, sdo_h, sdo_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, sg_b, sg_h, sg_l,
         sdq_b, sdq_h, sdq_l, sdk_b, sdk_h, sdk_l,
-        H, LQ, LK, D, DVD, SKIP, GW, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
-        HAS_MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
-        WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr, QGRID: tl.constexpr,
-        IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr, BM: tl.constexpr,
-        BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+        H, LQ, LK, GW, RH, SEED, P_DROP,
+        D: tl.constexpr, DVD: tl.constexpr, SKIP: tl.constexpr,
+        ROWS: tl.constexpr, MASK: tl.constexpr, HAS_K: tl.constexpr,
+        HAS_Q: tl.constexpr, WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
+        QGRID: tl.constexpr, IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+        BDV: tl.constexpr, BSK: tl.constexpr):
     """``dq`` of a block of ``BM`` queries and, with a term on keys, its
-    values' gradient rows of those queries."""
+    values' gradient rows of those queries: the key tiles as in the
+    forward (skip tokens, full tiles unmasked, the tail)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_d = tl.arange(0, BD)
-    offs_dv = tl.arange(0, BDV)
-    row_ok = offs_m < LQ
-    q = _load_rows(Q, b, h, sq_b, sq_h, sq_l, offs_m, LQ, offs_d, D)
-    do = _load_rows(DO, b, h, sdo_b, sdo_h, sdo_l, offs_m, LQ, offs_dv, DVD)
-    lse = tl.load(Lse + pid_bh.to(tl.int64) * LQ + offs_m, mask=row_ok,
-                  other=0.)
-    delta = tl.load(Delta + pid_bh.to(tl.int64) * LQ + offs_m, mask=row_ok,
+    i = pid_m * BM + tl.arange(0, BM)
+    ic, vy, vx = query_side(i, LQ, RH, GW, SKIP, QGRID)
+    q = load_tile(Q, b * sq_b + h * sq_h, i, LQ, sq_l, D, BD, True)
+    do = load_tile(DO, b * sdo_b + h * sdo_h, i, LQ, sdo_l, DVD, BDV, True)
+    lse2 = tl.load(Lse + pid_bh.to(tl.int64) * LQ + i, mask=i < LQ,
+                   other=float('inf')) * LOG2E
+    delta = tl.load(Delta + pid_bh.to(tl.int64) * LQ + i, mask=i < LQ,
                     other=0.)
+    kbase = b * sk_b + h * sk_h
+    vbase = b * sv_b + h * sv_h
+    ic64 = ic.to(tl.int64)
+    args = (Mask, b * sm_b + h * sm_h, sm_j, Rows, Cols, RH, GW,
+            VK + b * svk_b + h * svk_h + ic64 * svk_l, VQ,
+            b * svq_b + h * svq_h, svq_l,
+            GS + b * sg_b + h * sg_h + ic64 * sg_l,
+            DVK + b * sdk_b + h * sdk_h + ic64 * sdk_l, SEED, P_DROP, pid_bh)
     dq = tl.zeros((BM, BD), tl.float32)
-    for n0 in range(0, LK, BN):
-        offs_n = n0 + tl.arange(0, BN)
-        k = _load_rows(K, b, h, sk_b, sk_h, sk_l, offs_n, LK, offs_d, D)
-        v = _load_rows(V, b, h, sv_b, sv_h, sv_l, offs_n, LK, offs_dv, DVD)
-        s = _logit_tile(q, k, offs_m, offs_n, b, h, Mask, VK, VQ, Rows, Cols,
-                        sm_b, sm_h, sm_i, sm_j, svk_b, svk_h, svk_l, svq_b,
-                        svq_h, svq_l, LQ, LK, SKIP, GW, RS, CS, SX, OFF, E0,
-                        E1, HAS_MASK, HAS_K, HAS_Q, PRODUCT, QGRID, IEEE)
-        _, de = _grad_logits(s, lse, delta, do, v, GS, offs_m, offs_n, b, h,
-                             pid_bh, sg_b, sg_h, sg_l, LQ, LK, SKIP, GW, Rows,
-                             Cols, RS, CS, SX, OFF, E0, E1, SEED, P_DROP,
-                             WITH_SUMS, PRODUCT, QGRID, IEEE, HAS_DROPOUT)
-        dq += _dot(de, k, IEEE)
-        if HAS_K:  # dc^K_i[b(i, j)] += dE_ij: rows of this block's queries
-            _scatter_rows(DVK, de, offs_m, offs_n, b, h, sdk_b, sdk_h, sdk_l,
-                          LQ, LK, SKIP, GW, Rows, Cols, RS, CS, SX, OFF, E0,
-                          E1, PRODUCT, QGRID, False)
-    _store_rows(DQ, dq, b, h, sdq_b, sdq_h, sdq_l, offs_m, LQ, offs_d, D)
+    if SKIP > 0:
+        dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
+                         sv_l, 0, SKIP, LK, i, vy, vx, ic64 * sm_i, *args, D,
+                         DVD, BD, BDV, BSK, MASK, HAS_K, HAS_Q, WITH_SUMS,
+                         PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, True)
+    full_end = SKIP + (LK - SKIP) // BN * BN
+    for j0 in range(SKIP, full_end, BN):
+        dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
+                         sv_l, j0, LK, LK, i, vy, vx, ic64 * sm_i, *args, D,
+                         DVD, BD, BDV, BN, MASK, HAS_K, HAS_Q, WITH_SUMS,
+                         PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, False)
+    if full_end < LK:
+        dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
+                         sv_l, full_end, LK, LK, i, vy, vx, ic64 * sm_i,
+                         *args, D, DVD, BD, BDV, BN, MASK, HAS_K, HAS_Q,
+                         WITH_SUMS, PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT,
+                         True)
+    store_tile(DQ, b * sdq_b + h * sdq_h, dq, i, LQ, sdq_l, D, BD)
 
 
 @triton.jit
@@ -378,10 +346,10 @@ def dropout_mask_kernel(Out, SEED, P_DROP, H, LQ, LK, BM: tl.constexpr,
     ``SEED`` and ``P_DROP`` (to reproduce a call's mask)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    offs_m = pid_m * BM + tl.arange(0, BM)
+    i = pid_m * BM + tl.arange(0, BM)
     base = Out + pid_bh.to(tl.int64) * LQ * LK
     for n0 in range(0, LK, BN):
-        offs_n = n0 + tl.arange(0, BN)
-        scale = _dropout_scale(SEED, P_DROP, pid_bh, offs_m, offs_n, LK)
-        tl.store(base + offs_m[:, None] * LK + offs_n[None, :], scale,
-                 mask=(offs_m[:, None] < LQ) & (offs_n[None, :] < LK))
+        j = n0 + tl.arange(0, BN)
+        scale = dropout_scale(SEED, P_DROP, pid_bh, i, j)
+        tl.store(base + i.to(tl.int64)[:, None] * LK + j[None, :], scale,
+                 mask=(i[:, None] < LQ) & (j[None, :] < LK))

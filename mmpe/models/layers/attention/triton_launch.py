@@ -1,0 +1,243 @@
+"""The launches of the fused Triton kernels: arguments, grids, tile sizes.
+
+One function per pass builds everything a kernel launch needs from the
+custom op's inputs (:mod:`.fused_triton`) as :class:`Launch` values: the
+op launches them, and ``tools/analysis/kernel_report.py`` compiles the very
+same launches for a GPU target (``kernel.run(..., warmup=True)``) without
+running them, so the report describes the code the op runs.
+
+Tile sizes, warps and software-pipelining stages come from
+:data:`TILE_CONFIGS` by pass and head dim: 64 x 64 tiles, four warps; three
+stages for the forward, two for the backward kernels, whose four products
+per tile leave less shared memory per stage (read against the compile
+report: registers, spills, shared memory and instructions per tile).
+"""
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+
+    from . import triton_kernels as _kernels
+    TRITON_IMPORT_ERROR: Optional[str] = None
+except ImportError as e:  # no Triton (a CPU-only install without tests)
+    triton = _kernels = None
+    TRITON_IMPORT_ERROR = f'Triton is not installed ({e})'
+
+#: The keys of a tile of skip (class) tokens: the smallest ``tl.dot`` width
+SKIP_TILE = 16
+#: The most skip tokens a call may have (they fit one skip tile)
+MAX_SKIP = SKIP_TILE
+#: Grid rows a key tile may span above which the row part of a bucket is
+#: gathered per pair instead of selected from per-row candidates (grids
+#: narrower than about 8 tokens)
+MAX_CANDIDATE_ROWS = 8
+
+
+class TileConfig(NamedTuple):
+    """Query rows ``BM`` and keys ``BN`` per tile, warps and stages."""
+
+    BM: int
+    BN: int
+    num_warps: int
+    num_stages: int
+
+
+#: ``(pass, largest head dim) -> TileConfig``, the first entry whose head
+#: dim is at least the call's
+TILE_CONFIGS: Dict[str, Tuple[Tuple[int, TileConfig], ...]] = {
+    'forward': ((64, TileConfig(64, 64, 4, 3)), (256, TileConfig(64, 64, 4,
+                                                                 2))),
+    'backward_kv': ((64, TileConfig(64, 64, 4, 2)), (256, TileConfig(64, 32,
+                                                                     4, 1))),
+    'backward_q': ((64, TileConfig(64, 64, 4, 2)), (256, TileConfig(64, 32,
+                                                                    4, 1))),
+}
+
+
+def tile_config(kernel: str, head_dim: int) -> TileConfig:
+    """The tile sizes of ``kernel`` ('forward', 'backward_kv',
+    'backward_q') for a head dim (the larger of q's and v's)."""
+    for largest, config in TILE_CONFIGS[kernel]:
+        if head_dim <= largest:
+            return config
+    raise ValueError(f'head dim {head_dim} is above the largest the '
+                     f'kernels take ({TILE_CONFIGS[kernel][-1][0]})')
+
+
+class Launch(NamedTuple):
+    """One kernel launch: ``kernel[grid](*args, **meta)``."""
+
+    name: str
+    kernel: object
+    grid: Tuple[int, int]
+    args: tuple
+    meta: dict
+
+    def __call__(self) -> None:
+        self.kernel[self.grid](*self.args, **self.meta)
+
+
+def _pow2(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def _strides3(x: Optional[Tensor]) -> Tuple[int, int, int]:
+    return (0, 0, 0) if x is None else tuple(x.stride()[:3])
+
+
+def bucket_tables(rows: Tensor, cols: Tensor,
+                  layout: List[int]) -> Tuple[Tensor, Tensor]:
+    """The kernels' int32 tables: ``(h + 1, h + 1)`` row parts and ``(w +
+    1, w + 1)`` column parts of the pairs' buckets, so that a pair's bucket
+    is ``part1 + part2`` (product: ``rows * Sx`` and ``cols``) or the two
+    buckets ``part1``, ``part2`` (cross: ``rows`` and ``offset + cols``);
+    the extra row and column hold the skip tokens' bucket(s) (product:
+    ``E0`` and 0, cross: ``E0`` and ``E1``)."""
+    product, _, sx, offset, skip, e0, e1, _ = layout
+    if product and e1 >= 0:
+        raise ValueError(f'a product layout has one extra bucket, got '
+                         f'extras ({e0}, {e1})')
+    h, w = rows.shape[1], cols.shape[1]
+    first = e0 if skip else 0
+    second = (0 if product else e1) if skip else 0
+    r = torch.full((h + 1, h + 1), first, dtype=torch.int32,
+                   device=rows.device)
+    c = torch.full((w + 1, w + 1), second, dtype=torch.int32,
+                   device=cols.device)
+    r[:rows.shape[0], :h] = rows * sx if product else rows
+    c[:cols.shape[0], :w] = cols if product else cols + offset
+    return r, c
+
+
+def _flags(q: Tensor, mask: Optional[Tensor], values_k, values_q,
+           with_sums: bool, layout: List[int], dropout_p: float,
+           interpreted: bool, block_n: int, width: int) -> dict:
+    """The kernels' constexpr switches (one compilation per combination).
+    ``IEEE``: float32 products (float32 inputs, as the explicit backend's:
+    no TF32; and bfloat16 in the interpreter, whose bfloat16 ``tl.dot``
+    returns garbage as of Triton 3.9: the operands are converted exactly,
+    only the rounding of ``P`` before ``P V`` differs from the GPU's).
+    ``MASK``: 0 none, 1 one row of keys for every query (padding), 2 per
+    pair. ``ROWS``: grid rows a tile of ``block_n`` grid keys spans."""
+    ieee = q.dtype == torch.float32 or (q.dtype == torch.bfloat16
+                                        and interpreted)
+    rows = (width + block_n - 2) // width + 1
+    skip = layout[4]
+    if skip > MAX_SKIP:
+        raise ValueError(f'the Triton kernel takes at most {MAX_SKIP} skip '
+                         f'tokens, got {skip}')
+    return dict(SKIP=skip,
+                ROWS=rows if rows <= MAX_CANDIDATE_ROWS else 0,
+                MASK=0 if mask is None else 1 if mask.stride(2) == 0 else 2,
+                HAS_K=values_k is not None, HAS_Q=values_q is not None,
+                WITH_SUMS=with_sums, PRODUCT=bool(layout[0]),
+                QGRID=bool(layout[7]), IEEE=ieee,
+                HAS_DROPOUT=dropout_p > 0)
+
+
+def _mask_strides(mask: Optional[Tensor]) -> tuple:
+    return (0, ) * 4 if mask is None else tuple(mask.stride())
+
+
+def forward_launch(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+                   values_k: Optional[Tensor], values_q: Optional[Tensor],
+                   with_sums: bool, num_buckets: int, rows: Tensor,
+                   cols: Tensor, layout: List[int], seed: int,
+                   dropout_p: float,
+                   interpreted: bool) -> Tuple[Launch, Tensor, Tensor, Tensor]:
+    """The forward's launch and its outputs ``(out, lse, sums)``
+    (allocated, written by the launch)."""
+    b, h, lq, d = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    cfg = tile_config('forward', max(d, dv))
+    out = q.new_empty(b, h, lq, dv)
+    lse = torch.empty(b, h, lq, device=q.device, dtype=torch.float32)
+    sums = (torch.zeros(b, h, lq, num_buckets, device=q.device,
+                        dtype=torch.float32) if with_sums else
+            q.new_empty((0, )))
+    table_r, table_c = bucket_tables(rows, cols, layout)
+    dummy = lse  # a pointer for absent inputs (never read)
+    args = (q, k, v, out, lse, dummy if mask is None else mask,
+            dummy if values_k is None else values_k,
+            dummy if values_q is None else values_q,
+            sums if with_sums else dummy, table_r, table_c,
+            *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(out),
+            *_mask_strides(mask), *_strides3(values_k),
+            *_strides3(values_q), *_strides3(sums if with_sums else None),
+            h, lq, lk, cols.shape[1], rows.shape[1], seed, float(dropout_p))
+    meta = dict(D=d, DV=dv, **_flags(q, mask, values_k, values_q, with_sums,
+                                     layout, dropout_p, interpreted, cfg.BN,
+                                     cols.shape[1]),
+                BM=cfg.BM, BN=cfg.BN, BD=_pow2(d), BDV=_pow2(dv),
+                BSK=SKIP_TILE, num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages)
+    grid = (triton.cdiv(lq, cfg.BM), b * h)
+    return (Launch('forward', _kernels.fused_forward_kernel, grid, args,
+                   meta), out, lse, sums)
+
+
+def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
+                      q: Tensor, k: Tensor, v: Tensor, delta: Tensor,
+                      lse: Tensor, mask: Optional[Tensor],
+                      values_k: Optional[Tensor], values_q: Optional[Tensor],
+                      rows: Tensor, cols: Tensor, layout: List[int],
+                      seed: int, dropout_p: float,
+                      interpreted: bool) -> Tuple[List[Launch], list]:
+    """The backward's two launches and their outputs ``[dq, dk, dv, dvk,
+    dvq]`` (``dvk`` / ``dvq``: float32 bucket sums, None without that
+    term)."""
+    b, h, lq, d = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    dq, dk, dv_ = (torch.empty_like(x) for x in (q, k, v))
+    dvk = (None if values_k is None else torch.zeros(
+        b, h, lq, values_k.shape[-1], device=q.device, dtype=torch.float32))
+    dvq = (None if values_q is None else torch.zeros(
+        b, h, lk, values_q.shape[-1], device=q.device, dtype=torch.float32))
+    table_r, table_c = bucket_tables(rows, cols, layout)
+    dummy = lse
+    common = (dummy if mask is None else mask,
+              dummy if values_k is None else values_k,
+              dummy if values_q is None else values_q,
+              dummy if grad_sums is None else grad_sums)
+    strides = (*_strides3(q), *_strides3(k), *_strides3(v),
+               *_strides3(grad_out), *_mask_strides(mask),
+               *_strides3(values_k), *_strides3(values_q),
+               *_strides3(grad_sums))
+    sizes = (h, lq, lk, cols.shape[1], rows.shape[1], seed, float(dropout_p))
+    launches = []
+    for name, kernel in (('backward_kv', _kernels.fused_backward_kv_kernel),
+                         ('backward_q', _kernels.fused_backward_q_kernel)):
+        cfg = tile_config(name, max(d, dv))
+        meta = dict(D=d, DVD=dv,
+                    **_flags(q, mask, values_k, values_q,
+                             grad_sums is not None, layout, dropout_p,
+                             interpreted, cfg.BN, cols.shape[1]),
+                    BM=cfg.BM, BN=cfg.BN, BD=_pow2(d), BDV=_pow2(dv),
+                    BSK=SKIP_TILE, num_warps=cfg.num_warps,
+                    num_stages=cfg.num_stages)
+        if name == 'backward_kv':
+            outs = (dk, dv_, dummy if dvq is None else dvq)
+            out_strides = (*_strides3(dk), *_strides3(dv_), *_strides3(dvq))
+            grid = (triton.cdiv(lk, cfg.BN), b * h)
+        else:
+            outs = (dq, dummy if dvk is None else dvk)
+            out_strides = (*_strides3(dq), *_strides3(dvk))
+            grid = (triton.cdiv(lq, cfg.BM), b * h)
+        args = (q, k, v, grad_out, lse, delta, *common, *outs, table_r,
+                table_c, *strides, *out_strides, *sizes)
+        launches.append(Launch(name, kernel, grid, args, meta))
+    return launches, [dq, dk, dv_, dvk, dvq]
+
+
+def dropout_mask_launch(out: Tensor, seed: int, dropout_p: float, heads: int,
+                        queries: int, keys: int) -> Launch:
+    """The launch that writes the dropout scale the kernels draw into
+    ``out`` (B * H, Q, L)."""
+    cfg = tile_config('forward', 16)
+    return Launch('dropout_mask', _kernels.dropout_mask_kernel,
+                  (triton.cdiv(queries, cfg.BM), out.shape[0]),
+                  (out, seed, float(dropout_p), heads, queries, keys),
+                  dict(BM=cfg.BM, BN=cfg.BN))
