@@ -20,8 +20,10 @@ the term read from the per-query values inside the tile, the log-sum-exp
 saved, a backward that recomputes the probabilities and returns ``dq``,
 ``dk``, ``dv`` and the values' gradients (bucket sums of ``dE``), from
 which autograd reaches the tables. Statistics and sums are float32;
-float32 (IEEE products, no TF32), bfloat16 and float16 inputs. No
-attention dropout (the caller refuses it).
+float32 (IEEE products, no TF32), bfloat16 and float16 inputs; attention
+dropout inside the kernels. The launches (grids, arguments, tile sizes)
+are built by :mod:`.triton_launch`, which the compile report
+(``tools/analysis/kernel_report.py``) compiles for a GPU target.
 
 Registered as the ``torch.library`` custom ops ``mmpe::triton_attention``
 / ``mmpe::triton_attention_backward`` (fake kernels, autograd), so that a
@@ -183,6 +185,41 @@ def _rows_view(x: Tensor, b: int, h: int, length: int) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def triton_op_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+                     terms: Sequence[AxisValues],
+                     dropout_p: float = 0.0) -> Tuple[tuple, Optional[
+                         AxisValues]]:
+    """The arguments of ``mmpe::triton_attention`` for a call of
+    :func:`triton_attention` (same arguments), and the term on values
+    (applied to the op's bucket sums after it), or None."""
+    by_on = {term.on: term for term in terms}
+    if len(by_on) != len(terms) or not terms:
+        raise ValueError(f'triton_attention takes one term per `on`, got '
+                         f'{[term.on for term in terms]}')
+    b, h, lq, _ = q.shape
+    lk = k.shape[2]
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    if mask is not None:
+        mask = as_4d(mask.float()).expand(b, h, lq, lk)
+        if mask.stride(-1) != 1:
+            mask = mask.contiguous()
+    # the values in their dtype: saved for the backward as they are
+    values = {
+        on: _rows_view(by_on[on].values, b, h, lq if on == 'k' else lk)
+        for on in ('k', 'q') if on in by_on
+    }
+    value_term = by_on.get('v')
+    num_buckets = (value_term.values.shape[-2] if value_term is not None
+                   else next(iter(values.values())).shape[-1])
+    geo = terms[0]
+    # one seed per call, from the global generator (as the chunked backend)
+    seed = torch.randint(2**31 - 1, (1, )) if dropout_p > 0 else None
+    return (q, k.to(q.dtype), v.to(q.dtype), mask, values.get('k'),
+            values.get('q'), value_term is not None, num_buckets,
+            geo.rows.contiguous(), geo.cols.contiguous(), triton_layout(geo),
+            float(dropout_p), seed), value_term
+
+
 def triton_attention(q: Tensor,
                      k: Tensor,
                      v: Tensor,
@@ -211,41 +248,14 @@ def triton_attention(q: Tensor,
         Tensor: (B, H, Q, dv), differentiable in ``q``, ``k``, ``v`` and
         every term's ``values``.
     """
-    by_on = {term.on: term for term in terms}
-    if len(by_on) != len(terms) or not terms:
-        raise ValueError(f'triton_attention takes one term per `on`, got '
-                         f'{[term.on for term in terms]}')
-    b, h, lq, _ = q.shape
-    lk = k.shape[2]
-    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-    if mask is not None:
-        mask = as_4d(mask.float()).expand(b, h, lq, lk)
-        if mask.stride(-1) != 1:
-            mask = mask.contiguous()
-    values = {
-        on: _rows_view(by_on[on].values, b, h,
-                       lq if on == 'k' else lk)
-        for on in ('k', 'q') if on in by_on
-    }
-    value_term = by_on.get('v')
-    num_buckets = (value_term.values.shape[-2] if value_term is not None
-                   else next(iter(values.values())).shape[-1])
-    geo = terms[0]
-    # one seed per call, from the global generator (as the chunked backend)
-    seed = torch.randint(2**31 - 1, (1, )) if dropout_p > 0 else None
-    out, _, sums = torch.ops.mmpe.triton_attention(
-        q, k.to(q.dtype), v.to(q.dtype), mask, values.get('k'),
-        values.get('q'), value_term is not None, num_buckets,
-        geo.rows.contiguous(), geo.cols.contiguous(), triton_layout(geo),
-        float(dropout_p), seed)
+    args, value_term = triton_op_inputs(q, k, v, mask, terms, dropout_p)
+    out, _, sums = torch.ops.mmpe.triton_attention(*args)
     if value_term is not None:  # Eq. 17: z_i += sum_b s_ib r^V_b
         table = value_term.values.to(q.dtype)  # (H', nb, dv)
         sums = sums.to(q.dtype)
         out = out + (sums @ table[0] if table.shape[0] == 1 else
                      sums @ table)
     return out
-
-
 
 
 def dropout_mask(seed: Tensor, dropout_p: float, batch: int, heads: int,

@@ -46,15 +46,16 @@ compiled code):
 import triton
 import triton.language as tl
 
-from .triton_tiles import (LOG2E, dot, dropout_scale, gather, grad_logits,
-                           key_side, load_tile, logits, query_side, scatter,
+from .triton_tiles import (LOG2E, dot, dropout_scale, grad_logits, key_side,
+                           load_tile, logits, next_tile, query_side, scatter,
                            store_tile)
 
 
 @triton.jit
-def _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l, sv_l, j0, JEND, LK,
-              i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols, RH,
-              GW, qrows_vk, VQ, vqbase, svq_l, SEED, P_DROP, pid_bh,
+def _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l, sv_l, j0, jy0, x0,
+              JEND, LK,
+              i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols, RH, GW,
+              VK, qoff_vk, VQ, svq_l, SEED, P_DROP, pid_bh,
               D: tl.constexpr, DV: tl.constexpr, BD: tl.constexpr,
               BDV: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
               HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
@@ -64,15 +65,15 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l, sv_l, j0, JEND, LK,
     """One key tile of the forward, the online softmax's update: keys
     ``j0 + [0, BN)``; ``EDGE`` (the skip tokens' tile, the tail): those
     from ``JEND`` on are masked out."""
-    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, BN, SKIP, ROWS)
+    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, jy0, x0, BN, SKIP, ROWS,
+                                 EDGE)
     k = load_tile(K, kbase, j, JEND, sk_l, D, BD, EDGE)
     v = load_tile(V, vbase, j, JEND, sv_l, DV, BDV, EDGE)
     kbias = tl.where(j < JEND, 0., float('-inf'))
     s, _, _, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias,
-                            Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk,
-                            VQ + vqbase + jc.to(tl.int64) * svq_l, MASK,
-                            HAS_K, HAS_Q, False, PRODUCT, SKIP, ROWS, IEEE,
-                            EDGE)
+                           Mask, mbase, sm_j, Rows, Cols, RH, GW, VK, qoff_vk,
+                           VQ, jc * svq_l, MASK, HAS_K, HAS_Q, False, PRODUCT,
+                           SKIP, ROWS, IEEE, EDGE)
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # rows masked so far: keep exp2() away from (-inf) - (-inf)
     m_safe = tl.where(m_new == float('-inf'), 0., m_new) * LOG2E
@@ -86,9 +87,10 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l, sv_l, j0, JEND, LK,
 
 
 @triton.jit
-def _sums_tile(q, K, kbase, sk_l, j0, JEND, LK, i, vy, vx, qrow_mask, Mask,
-               mbase, sm_j, Rows, Cols, RH, GW, qrows_vk, VQ, vqbase,
-               svq_l, lse2, srows, SEED, P_DROP, pid_bh, D: tl.constexpr,
+def _sums_tile(q, K, kbase, sk_l, j0, jy0, x0, JEND, LK, i, vy, vx,
+               qrow_mask, Mask,
+               mbase, sm_j, Rows, Cols, RH, GW, VK, qoff_vk, VQ, svq_l, lse2,
+               S, qoff_s, SEED, P_DROP, pid_bh, D: tl.constexpr,
                BD: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
                HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
                PRODUCT: tl.constexpr, SKIP: tl.constexpr, ROWS: tl.constexpr,
@@ -96,19 +98,18 @@ def _sums_tile(q, K, kbase, sk_l, j0, JEND, LK, i, vy, vx, qrow_mask, Mask,
                EDGE: tl.constexpr):
     """One key tile of the value term's bucket sums (Eq. 17) with the exact
     probabilities ``exp2(e log2(e) - lse2)``."""
-    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, BN, SKIP, ROWS)
+    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, jy0, x0, BN, SKIP, ROWS,
+                                 EDGE)
     k = load_tile(K, kbase, j, JEND, sk_l, D, BD, EDGE)
     kbias = tl.where(j < JEND, 0., float('-inf'))
-    s, p1, p2, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx,
-                              kbias, Mask, mbase, sm_j, Rows, Cols, RH, GW,
-                              qrows_vk,
-                              VQ + vqbase + jc.to(tl.int64) * svq_l, MASK,
-                              HAS_K, HAS_Q, True, PRODUCT, SKIP, ROWS, IEEE,
-                              EDGE)
+    s, p1, p2, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias,
+                             Mask, mbase, sm_j, Rows, Cols, RH, GW, VK,
+                             qoff_vk, VQ, jc * svq_l, MASK, HAS_K, HAS_Q,
+                             True, PRODUCT, SKIP, ROWS, IEEE, EDGE)
     p = tl.math.exp2(s * LOG2E - lse2[:, None])
     if HAS_DROPOUT:  # the value term sees the dropped probabilities
         p = p * dropout_scale(SEED, P_DROP, pid_bh, i, j)
-    scatter(srows, p1, p2, p, False, PRODUCT)
+    scatter(S, qoff_s, p1, p2, p, False, PRODUCT)
 
 
 @triton.jit
@@ -136,31 +137,32 @@ def fused_forward_kernel(
     q = load_tile(Q, b * sq_b + h * sq_h, i, LQ, sq_l, D, BD, True)
     kbase = b * sk_b + h * sk_h
     vbase = b * sv_b + h * sv_h
-    mbase = b * sm_b + h * sm_h
-    vqbase = b * svq_b + h * svq_h
-    qrow_mask = ic.to(tl.int64) * sm_i
-    qrows_vk = VK + b * svk_b + h * svk_h + ic.to(tl.int64) * svk_l
     m_i = tl.full((BM, ), float('-inf'), tl.float32)
     l_i = tl.zeros((BM, ), tl.float32)
     acc = tl.zeros((BM, BDV), tl.float32)
-    args = (Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk, VQ, vqbase,
-            svq_l, SEED, P_DROP, pid_bh)
+    args = (Mask, b * sm_b + h * sm_h, sm_j, Rows, Cols, RH, GW,
+            VK + b * svk_b + h * svk_h, ic * svk_l,
+            VQ + b * svq_b + h * svq_h, svq_l, SEED, P_DROP, pid_bh)
+    qrow_mask = ic.to(tl.int64) * sm_i
     if SKIP > 0:
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
-                                  sv_l, 0, SKIP, LK, i, vy, vx, qrow_mask,
-                                  *args, D, DV, BD, BDV, BSK, MASK, HAS_K,
+                                  sv_l, 0, 0, 0, SKIP, LK, i, vy, vx,
+                                  qrow_mask, *args, D, DV, BD, BDV, BSK, MASK, HAS_K,
                                   HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
                                   HAS_DROPOUT, True)
     full_end = SKIP + (LK - SKIP) // BN * BN
+    jy0 = pid_m * 0  # the first full tile's first key: grid origin
+    x0 = pid_m * 0
     for j0 in range(SKIP, full_end, BN):
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
-                                  sv_l, j0, LK, LK, i, vy, vx, qrow_mask,
-                                  *args, D, DV, BD, BDV, BN, MASK, HAS_K,
-                                  HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
+                                  sv_l, j0, jy0, x0, LK, LK, i, vy, vx,
+                                  qrow_mask, *args, D, DV, BD, BDV, BN, MASK,
+                                  HAS_K, HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
                                   HAS_DROPOUT, False)
+        jy0, x0 = next_tile(jy0, x0, BN, GW, ROWS)
     if full_end < LK:
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
-                                  sv_l, full_end, LK, LK, i, vy, vx,
+                                  sv_l, full_end, 0, 0, LK, LK, i, vy, vx,
                                   qrow_mask, *args, D, DV, BD, BDV, BN, MASK,
                                   HAS_K, HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
                                   HAS_DROPOUT, True)
@@ -172,19 +174,24 @@ def fused_forward_kernel(
     if WITH_SUMS:  # Eq. 17: the probabilities' bucket sums, exact p
         # rows past LQ (clamped onto the last row) add nothing
         lse2 = tl.where(i < LQ, lse * LOG2E, float('inf'))
-        srows = Sums + b * ss_b + h * ss_h + ic.to(tl.int64) * ss_l
-        sargs = (Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk, VQ,
-                 vqbase, svq_l, lse2, srows, SEED, P_DROP, pid_bh)
+        sargs = (Mask, b * sm_b + h * sm_h, sm_j, Rows, Cols, RH, GW,
+                 VK + b * svk_b + h * svk_h, ic * svk_l,
+                 VQ + b * svq_b + h * svq_h, svq_l, lse2,
+                 Sums + b * ss_b + h * ss_h, ic * ss_l, SEED, P_DROP, pid_bh)
         if SKIP > 0:
-            _sums_tile(q, K, kbase, sk_l, 0, SKIP, LK, i, vy, vx, qrow_mask,
+            _sums_tile(q, K, kbase, sk_l, 0, 0, 0, SKIP, LK, i, vy, vx,
+                       qrow_mask,
                        *sargs, D, BD, BSK, MASK, HAS_K, HAS_Q, PRODUCT,
                        SKIP, ROWS, IEEE, HAS_DROPOUT, True)
+        jy0 = pid_m * 0
+        x0 = pid_m * 0
         for j0 in range(SKIP, full_end, BN):
-            _sums_tile(q, K, kbase, sk_l, j0, LK, LK, i, vy, vx, qrow_mask,
-                       *sargs, D, BD, BN, MASK, HAS_K, HAS_Q, PRODUCT, SKIP,
-                       ROWS, IEEE, HAS_DROPOUT, False)
+            _sums_tile(q, K, kbase, sk_l, j0, jy0, x0, LK, LK, i, vy, vx,
+                       qrow_mask, *sargs, D, BD, BN, MASK, HAS_K, HAS_Q,
+                       PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, False)
+            jy0, x0 = next_tile(jy0, x0, BN, GW, ROWS)
         if full_end < LK:
-            _sums_tile(q, K, kbase, sk_l, full_end, LK, LK, i, vy, vx,
+            _sums_tile(q, K, kbase, sk_l, full_end, 0, 0, LK, LK, i, vy, vx,
                        qrow_mask, *sargs, D, BD, BN, MASK, HAS_K, HAS_Q,
                        PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, True)
 
@@ -211,17 +218,21 @@ def fused_backward_kv_kernel(
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    j, jc, jy0, r, jx = key_side(pid_n * BN, LK, RH, GW, BN, SKIP, ROWS)
+    j, jc, jy0, r, jx = key_side(pid_n * BN, LK, RH, GW, 0, 0, BN, SKIP,
+                                 ROWS, True)
     k = load_tile(K, b * sk_b + h * sk_h, j, LK, sk_l, D, BD, True)
     v = load_tile(V, b * sv_b + h * sv_h, j, LK, sv_l, DVD, BDV, True)
     mbase = b * sm_b + h * sm_h
     kbias = tl.where(j < LK, 0., float('-inf'))
     if MASK == 1:  # the same for every query: once per program
         kbias += tl.load(Mask + mbase + jc * sm_j).to(tl.float32)
-    krows_vq = VQ + b * svq_b + h * svq_h + jc.to(tl.int64) * svq_l
-    krows_dvq = DVQ + b * sdq_b + h * sdq_h + jc.to(tl.int64) * sdq_l
+    VKbh = VK + b * svk_b + h * svk_h
+    VQbh = VQ + b * svq_b + h * svq_h
+    GSbh = GS + b * sg_b + h * sg_h
     qbase = b * sq_b + h * sq_h
     dobase = b * sdo_b + h * sdo_h
+    lsebase = Lse + pid_bh.to(tl.int64) * LQ
+    deltabase = Delta + pid_bh.to(tl.int64) * LQ
     dk = tl.zeros((BN, BD), tl.float32)
     dv = tl.zeros((BN, BDV), tl.float32)
     for m0 in range(0, LQ, BM):
@@ -229,32 +240,30 @@ def fused_backward_kv_kernel(
         ic, vy, vx = query_side(i, LQ, RH, GW, SKIP, QGRID)
         q = load_tile(Q, qbase, i, LQ, sq_l, D, BD, True)
         do = load_tile(DO, dobase, i, LQ, sdo_l, DVD, BDV, True)
-        lse2 = tl.load(Lse + pid_bh.to(tl.int64) * LQ + i, mask=i < LQ,
+        lse2 = tl.load(lsebase + i, mask=i < LQ,
                        other=float('inf')) * LOG2E
-        delta = tl.load(Delta + pid_bh.to(tl.int64) * LQ + i, mask=i < LQ,
-                        other=0.)
+        delta = tl.load(deltabase + i, mask=i < LQ, other=0.)
         s, p1, p2, q1, q2 = logits(
             q, k, vy, vx, ic.to(tl.int64) * sm_i, jc, jy0, r, jx, kbias,
-            Mask, mbase, sm_j, Rows, Cols, RH, GW,
-            VK + b * svk_b + h * svk_h + ic.to(tl.int64) * svk_l, krows_vq,
-            MASK * (MASK == 2), HAS_K, HAS_Q, WITH_SUMS, PRODUCT, SKIP, ROWS,
-            IEEE, True)
-        p, de = grad_logits(
-            s, lse2, delta, do, v,
-            GS + b * sg_b + h * sg_h + ic.to(tl.int64) * sg_l, p1, p2, i, j,
-            SEED, P_DROP, pid_bh, WITH_SUMS, PRODUCT, IEEE, HAS_DROPOUT)
+            Mask, mbase, sm_j, Rows, Cols, RH, GW, VKbh, ic * svk_l, VQbh,
+            jc * svq_l, MASK * (MASK == 2), HAS_K, HAS_Q, WITH_SUMS, PRODUCT,
+            SKIP, ROWS, IEEE, True)
+        p, de = grad_logits(s, lse2, delta, do, v, GSbh, ic * sg_l, p1, p2,
+                            i, j, SEED, P_DROP, pid_bh, WITH_SUMS, PRODUCT,
+                            IEEE, HAS_DROPOUT)
         dv += dot(tl.trans(p), do, IEEE)
         dk += dot(tl.trans(de), q, IEEE)
         if HAS_Q:  # dc^Q_j[b(j, i)] += dE_ij: rows of this block's keys
-            scatter(krows_dvq, q1, q2, de, True, PRODUCT)
+            scatter(DVQ + b * sdq_b + h * sdq_h, jc * sdq_l, q1, q2, de,
+                    True, PRODUCT)
     store_tile(DK, b * sdk_b + h * sdk_h, dk, j, LK, sdk_l, D, BD)
     store_tile(DV, b * sdv_b + h * sdv_h, dv, j, LK, sdv_l, DVD, BDV)
 
 
 @triton.jit
 def _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l, sv_l, j0,
-                JEND, LK, i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols,
-                RH, GW, qrows_vk, VQ, vqbase, svq_l, gsrows, dvkrows,
+                jy0, x0, JEND, LK, i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols,
+                RH, GW, VK, qoff_vk, VQ, svq_l, GS, qoff_gs, DVK, qoff_dvk,
                 SEED, P_DROP, pid_bh, D: tl.constexpr, DVD: tl.constexpr,
                 BD: tl.constexpr, BDV: tl.constexpr, BN: tl.constexpr,
                 MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
@@ -263,21 +272,21 @@ def _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l, sv_l, j0,
                 HAS_DROPOUT: tl.constexpr, EDGE: tl.constexpr):
     """One key tile of the query block's backward: ``dq`` and the term on
     keys' gradient (bucket sums of ``dE`` into the block's own rows)."""
-    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, BN, SKIP, ROWS)
+    j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, jy0, x0, BN, SKIP, ROWS,
+                                 EDGE)
     k = load_tile(K, kbase, j, JEND, sk_l, D, BD, EDGE)
     v = load_tile(V, vbase, j, JEND, sv_l, DVD, BDV, EDGE)
     kbias = tl.where(j < JEND, 0., float('-inf'))
     s, p1, p2, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias,
-                              Mask, mbase, sm_j, Rows, Cols, RH, GW, qrows_vk,
-                              VQ + vqbase + jc.to(tl.int64) * svq_l, MASK,
-                              HAS_K, HAS_Q, WITH_SUMS, PRODUCT, SKIP, ROWS,
-                              IEEE, EDGE)
-    _, de = grad_logits(s, lse2, delta, do, v, gsrows, p1, p2, i, j, SEED,
-                         P_DROP, pid_bh, WITH_SUMS, PRODUCT, IEEE,
-                         HAS_DROPOUT)
+                             Mask, mbase, sm_j, Rows, Cols, RH, GW, VK,
+                             qoff_vk, VQ, jc * svq_l, MASK, HAS_K, HAS_Q,
+                             WITH_SUMS, PRODUCT, SKIP, ROWS, IEEE, EDGE)
+    _, de = grad_logits(s, lse2, delta, do, v, GS, qoff_gs, p1, p2, i, j,
+                        SEED, P_DROP, pid_bh, WITH_SUMS, PRODUCT, IEEE,
+                        HAS_DROPOUT)
     dq += dot(de, k, IEEE)
     if HAS_K:  # dc^K_i[b(i, j)] += dE_ij: rows of this block's queries
-        scatter(dvkrows, p1, p2, de, False, PRODUCT)
+        scatter(DVK, qoff_dvk, p1, p2, de, False, PRODUCT)
     return dq
 
 
@@ -312,30 +321,33 @@ def fused_backward_q_kernel(
                     other=0.)
     kbase = b * sk_b + h * sk_h
     vbase = b * sv_b + h * sv_h
-    ic64 = ic.to(tl.int64)
+    qrow_mask = ic.to(tl.int64) * sm_i
     args = (Mask, b * sm_b + h * sm_h, sm_j, Rows, Cols, RH, GW,
-            VK + b * svk_b + h * svk_h + ic64 * svk_l, VQ,
-            b * svq_b + h * svq_h, svq_l,
-            GS + b * sg_b + h * sg_h + ic64 * sg_l,
-            DVK + b * sdk_b + h * sdk_h + ic64 * sdk_l, SEED, P_DROP, pid_bh)
+            VK + b * svk_b + h * svk_h, ic * svk_l,
+            VQ + b * svq_b + h * svq_h, svq_l,
+            GS + b * sg_b + h * sg_h, ic * sg_l,
+            DVK + b * sdk_b + h * sdk_h, ic * sdk_l, SEED, P_DROP, pid_bh)
     dq = tl.zeros((BM, BD), tl.float32)
     if SKIP > 0:
         dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
-                         sv_l, 0, SKIP, LK, i, vy, vx, ic64 * sm_i, *args, D,
-                         DVD, BD, BDV, BSK, MASK, HAS_K, HAS_Q, WITH_SUMS,
+                         sv_l, 0, 0, 0, SKIP, LK, i, vy, vx, qrow_mask,
+                         *args, D, DVD, BD, BDV, BSK, MASK, HAS_K, HAS_Q, WITH_SUMS,
                          PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, True)
     full_end = SKIP + (LK - SKIP) // BN * BN
+    jy0 = pid_m * 0  # the first full tile's first key: grid origin
+    x0 = pid_m * 0
     for j0 in range(SKIP, full_end, BN):
         dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
-                         sv_l, j0, LK, LK, i, vy, vx, ic64 * sm_i, *args, D,
-                         DVD, BD, BDV, BN, MASK, HAS_K, HAS_Q, WITH_SUMS,
-                         PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, False)
-    if full_end < LK:
-        dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
-                         sv_l, full_end, LK, LK, i, vy, vx, ic64 * sm_i,
+                         sv_l, j0, jy0, x0, LK, LK, i, vy, vx, qrow_mask,
                          *args, D, DVD, BD, BDV, BN, MASK, HAS_K, HAS_Q,
                          WITH_SUMS, PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT,
-                         True)
+                         False)
+        jy0, x0 = next_tile(jy0, x0, BN, GW, ROWS)
+    if full_end < LK:
+        dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
+                         sv_l, full_end, 0, 0, LK, LK, i, vy, vx, qrow_mask,
+                         *args, D, DVD, BD, BDV, BN, MASK, HAS_K, HAS_Q, WITH_SUMS,
+                         PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, True)
     store_tile(DQ, b * sdq_b + h * sdq_h, dq, i, LQ, sdq_l, D, BD)
 
 

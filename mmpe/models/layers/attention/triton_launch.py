@@ -7,10 +7,14 @@ same launches for a GPU target (``kernel.run(..., warmup=True)``) without
 running them, so the report describes the code the op runs.
 
 Tile sizes, warps and software-pipelining stages come from
-:data:`TILE_CONFIGS` by pass and head dim: 64 x 64 tiles, four warps; three
-stages for the forward, two for the backward kernels, whose four products
-per tile leave less shared memory per stage (read against the compile
-report: registers, spills, shared memory and instructions per tile).
+:data:`TILE_CONFIGS` by pass and head dim, read against the compile report
+(registers, spills, instructions per tile): four warps, 64 query rows;
+64 keys per tile at head dim 64, 32 at head dim 32 (DETR's heads: with 64
+Triton keeps the gathers' addresses per pair and the kernels spill); three
+stages for the forward; one for the backward kernels, whose four products
+per tile and recomputed terms need the registers that software pipelining
+would take (two stages: 241 registers at head dim 64 without a term, and
+spills with one).
 """
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
@@ -48,12 +52,14 @@ class TileConfig(NamedTuple):
 #: ``(pass, largest head dim) -> TileConfig``, the first entry whose head
 #: dim is at least the call's
 TILE_CONFIGS: Dict[str, Tuple[Tuple[int, TileConfig], ...]] = {
-    'forward': ((64, TileConfig(64, 64, 4, 3)), (256, TileConfig(64, 64, 4,
-                                                                 2))),
-    'backward_kv': ((64, TileConfig(64, 64, 4, 2)), (256, TileConfig(64, 32,
-                                                                     4, 1))),
-    'backward_q': ((64, TileConfig(64, 64, 4, 2)), (256, TileConfig(64, 32,
-                                                                    4, 1))),
+    'forward': ((32, TileConfig(64, 32, 4, 3)), (64, TileConfig(64, 64, 4, 3)),
+                (256, TileConfig(64, 32, 4, 2))),
+    'backward_kv': ((32, TileConfig(64, 32, 4, 1)),
+                    (64, TileConfig(64, 64, 4, 1)),
+                    (256, TileConfig(64, 32, 4, 1))),
+    'backward_q': ((32, TileConfig(64, 32, 4, 1)),
+                   (64, TileConfig(64, 64, 4, 1)),
+                   (256, TileConfig(64, 32, 4, 1))),
 }
 
 

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 #: log2(e): the softmax in base 2 (exp2)
-LOG2E: tl.constexpr = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
@@ -85,19 +85,30 @@ def query_side(i, LQ, RH, GW, SKIP: tl.constexpr, QGRID: tl.constexpr):
 
 
 @triton.jit
-def key_side(j0, LK, RH, GW, BN: tl.constexpr, SKIP: tl.constexpr,
-              ROWS: tl.constexpr):
+def key_side(j0, LK, RH, GW, jy0, x0, BN: tl.constexpr, SKIP: tl.constexpr,
+             ROWS: tl.constexpr, EDGE: tl.constexpr):
     """Keys ``j0 + [0, BN)``: each clamped into range, the tile's first grid
     row ``jy0`` and per key its row past it ``r`` and its column ``jx``. A
     tile of ``BN`` consecutive grid keys spans at most ``ROWS`` grid rows
     (``r < ROWS``); a skip key gets ``r = ROWS`` and the extra column
     ``GW`` (with ``ROWS == 0``, narrow grids: ``jy0 + r`` is the key's
-    row, the extra row ``RH`` for a skip key)."""
+    row, the extra row ``RH`` for a skip key). The full tiles of a loop
+    take the first key's grid row and column ``(jy0, x0)`` from
+    :func:`next_tile` (no division per tile); ``EDGE`` tiles and narrow
+    grids compute them."""
     j = j0 + tl.arange(0, BN)
-    jc = tl.minimum(j, LK - 1)
-    g = jc - SKIP
-    jy0 = tl.maximum(j0 - SKIP, 0) // GW
-    x = tl.maximum(g - jy0 * GW, 0)
+    if EDGE:  # keys past LK clamped onto the last, skip keys to the origin
+        jy0 = tl.maximum(j0 - SKIP, 0) // GW
+        jc = tl.minimum(j, LK - 1)
+        g = jc - SKIP
+        x = tl.maximum(g - jy0 * GW, 0)
+    elif ROWS == 0:
+        jy0 = (j0 - SKIP) // GW
+        jc = j
+        x = j - SKIP - jy0 * GW
+    else:  # grid keys all
+        jc = j
+        x = x0 + tl.arange(0, BN)
     if ROWS == 0:
         r = x // GW
     else:
@@ -105,13 +116,25 @@ def key_side(j0, LK, RH, GW, BN: tl.constexpr, SKIP: tl.constexpr,
         for t in tl.static_range(1, ROWS):
             r += (x >= t * GW).to(tl.int32)
     jx = x - r * GW
-    if SKIP > 0:
+    if SKIP > 0 and EDGE:
         if ROWS == 0:
             r = tl.where(g < 0, RH - jy0, r)
         else:
             r = tl.where(g < 0, ROWS, r)
         jx = tl.where(g < 0, GW, jx)
     return j, jc, jy0, r, jx
+
+
+@triton.jit
+def next_tile(jy0, x0, BN: tl.constexpr, GW, ROWS: tl.constexpr):
+    """The grid row and column of the first key of the next full tile
+    (``BN`` keys on): at most ``ROWS`` wraps past the grid's width."""
+    x0 += BN
+    for _ in tl.static_range(ROWS):
+        wrap = x0 >= GW
+        x0 = tl.where(wrap, x0 - GW, x0)
+        jy0 += wrap.to(tl.int32)
+    return jy0, x0
 
 
 @triton.jit
@@ -147,56 +170,59 @@ def buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, BY_KEY: tl.constexpr,
             else:
                 cand = tl.load(Rows + vy * RS + row)
             part1 = tl.where(r[None, :] == t, cand[:, None], part1)
+    # a 64-bit pointer per row (or key) and an int32 offset per pair: one
+    # wide multiply-add per pair's address, no 64-bit tile kept
     if BY_KEY:
-        part2 = tl.load(Cols + jx[None, :] * CS + vx[:, None])
+        part2 = tl.load((Cols + jx * CS)[None, :] + vx[:, None])
     else:
-        part2 = tl.load(Cols + vx[:, None] * CS + jx[None, :])
+        part2 = tl.load((Cols + vx * CS)[:, None] + jx[None, :])
     return part1, part2
 
 
 @triton.jit
-def gather(rows, part1, part2, BY_KEY: tl.constexpr,
-            PRODUCT: tl.constexpr):
-    """The pairs' values (float32) from the viewers' rows of values
-    (pointers: one per query row, or per key with ``BY_KEY``): the bucket
-    ``part1 + part2`` (product) or the sum of both buckets' values
-    (cross)."""
+def gather(base, off, part1, part2, BY_KEY: tl.constexpr,
+           PRODUCT: tl.constexpr):
+    """The pairs' values (float32) from the viewers' rows of values: ``base``
+    the head's values, ``off`` each viewer's row offset (int32; one per
+    query row, or per key with ``BY_KEY``); the bucket ``part1 + part2``
+    (product) or the sum of both buckets' values (cross)."""
     if BY_KEY:
-        base = rows[None, :]
+        row = (base + off)[None, :]
     else:
-        base = rows[:, None]
+        row = (base + off)[:, None]
     if PRODUCT:
-        return tl.load(base + (part1 + part2)).to(tl.float32)
-    return (tl.load(base + part1).to(tl.float32) +
-            tl.load(base + part2).to(tl.float32))
+        return tl.load(row + (part1 + part2)).to(tl.float32)
+    return (tl.load(row + part1).to(tl.float32) +
+            tl.load(row + part2).to(tl.float32))
 
 
 @triton.jit
-def scatter(rows, part1, part2, vals, BY_KEY: tl.constexpr,
-             PRODUCT: tl.constexpr):
-    """``rows[bucket] += vals`` (the adjoint of :func:`gather`): relaxed
-    float32 atomic adds, no memory fence (nothing reads the sums before the
-    kernel ends). Pairs outside the tokens carry 0 to a clamped row."""
+def scatter(base, off, part1, part2, vals, BY_KEY: tl.constexpr,
+            PRODUCT: tl.constexpr):
+    """``base[off + bucket] += vals`` (the adjoint of :func:`gather`):
+    relaxed float32 atomic adds, no memory fence (nothing reads the sums
+    before the kernel ends). Pairs outside the tokens carry 0 to a clamped
+    row."""
     if BY_KEY:
-        base = rows[None, :]
+        row = (base + off)[None, :]
     else:
-        base = rows[:, None]
+        row = (base + off)[:, None]
     if PRODUCT:
-        tl.atomic_add(base + (part1 + part2), vals, sem='relaxed')
+        tl.atomic_add(row + (part1 + part2), vals, sem='relaxed')
     else:
-        tl.atomic_add(base + part1, vals, sem='relaxed')
-        tl.atomic_add(base + part2, vals, sem='relaxed')
+        tl.atomic_add(row + part1, vals, sem='relaxed')
+        tl.atomic_add(row + part2, vals, sem='relaxed')
 
 
 @triton.jit
 def logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias, Mask, mbase,
-            sm_j, Rows, Cols, RH, GW, qrows_vk, krows_vq,
+           sm_j, Rows, Cols, RH, GW, VK, qoff_vk, VQ, koff_vq,
             MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
             KB: tl.constexpr, PRODUCT: tl.constexpr, SKIP: tl.constexpr,
             ROWS: tl.constexpr, IEEE: tl.constexpr, BIAS: tl.constexpr):
     """The float32 logits (BM, BN) of a tile, ``q k^T`` + the terms + the
     mask (``MASK`` 1: a vector of the keys, 2: per pair, ``qrow_mask`` the
-    rows' 64-bit offsets) + ``kbias`` (``BIAS``: per key, 0 or ``-inf``),
+    rows' 64-bit offsets: ``L * L`` may pass 2^31) + ``kbias`` (``BIAS``: per key, 0 or ``-inf``),
     and the pairs' buckets seen from the query (``KB`` or a term on keys)
     and from the key (a term on queries), for the value term and the
     gradients."""
@@ -209,11 +235,11 @@ def logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias, Mask, mbase,
         p1, p2 = buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, False,
                           SKIP, ROWS)
     if HAS_K:  # c^K_i[b(i, j)]: the query row's values
-        s += gather(qrows_vk, p1, p2, False, PRODUCT)
+        s += gather(VK, qoff_vk, p1, p2, False, PRODUCT)
     if HAS_Q:  # c^Q_j[b(j, i)]: seen from the key
         q1, q2 = buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, True,
                           SKIP, ROWS)
-        s += gather(krows_vq, q1, q2, True, PRODUCT)
+        s += gather(VQ, koff_vq, q1, q2, True, PRODUCT)
     if MASK == 1:
         s += tl.load(Mask + mbase + jc * sm_j).to(tl.float32)[None, :]
     if MASK == 2:
@@ -225,9 +251,10 @@ def logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias, Mask, mbase,
 
 
 @triton.jit
-def grad_logits(s, lse2, delta, do, v, gsrows, p1, p2, i, j, SEED, P_DROP,
-                 pid_bh, WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
-                 IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr):
+def grad_logits(s, lse2, delta, do, v, GS, qoff_gs, p1, p2, i, j, SEED,
+                P_DROP, pid_bh, WITH_SUMS: tl.constexpr,
+                PRODUCT: tl.constexpr, IEEE: tl.constexpr,
+                HAS_DROPOUT: tl.constexpr):
     """``(P', dE)`` of a tile: ``P = exp2(e log2(e) - lse2)``, ``P' = P *
     M`` with the dropout scale ``M`` (1 without dropout), ``dP' = dO v^T (+
     ds_i[b(i, j)])``, ``dE = P * (M * dP' - delta)``; 0 at masked pairs and
@@ -235,7 +262,7 @@ def grad_logits(s, lse2, delta, do, v, gsrows, p1, p2, i, j, SEED, P_DROP,
     p = tl.math.exp2(s * LOG2E - lse2[:, None])
     dp = dot(do, tl.trans(v), IEEE)
     if WITH_SUMS:  # the term on values: dL/dp_ij += ds_i[b(i, j)]
-        dp += gather(gsrows, p1, p2, False, PRODUCT)
+        dp += gather(GS, qoff_gs, p1, p2, False, PRODUCT)
     if HAS_DROPOUT:
         scale = dropout_scale(SEED, P_DROP, pid_bh, i, j)
         return p * scale, p * (dp * scale - delta[:, None])
