@@ -1,15 +1,26 @@
 # DINO (4 scales, mmdet 3.3's head, encoder and decoder) on a plain ViT-B/16
 # in ViTDet's layout whose position information is CPVT's PEG (a depth-wise
-# conv after block 0, on the full grid): 14 x 14 windows in every block but
-# 2, 5, 8, 11, the simple feature pyramid at strides 8, 16, 32, 64, AdamW
-# with layer-wise lr decay 0.7 and drop path 0.1
-# (_base_/models/dino-4scale_vit-b_vitdet.py), DINO's data and 12-epoch
-# schedule (lr x 0.1 at epoch 11, batch 16). Evaluated with COCO bbox AP.
-# The 50-epoch schedule: dino-4scale_vit-b-peg_vitdet_50e_coco.py.
+# conv after block 0, on the full grid; zero padding at each image's own
+# border), trained with detrex's DINO-ViTDet recipe
+# (_base_/models/dino-4scale_vit-b_vitdet.py: AdamW 1e-4, weight decay 1e-4
+# with norms at 0, backbone and pyramid at lr x 0.1, clipping at 0.1, the
+# simple pyramid and a 1x1 conv + GroupNorm per level, no final norm; 12
+# epochs, lr x 0.1 at epoch 11, batch 16, no warm-up).
 #
-# ImageNet initialisation: MAE's ViT-B (the ViTDet paper's), converted once
-# (the table and the class token are dropped; windows add no parameters and
-# the PEG starts from its own initialisation):
+# Reference number: detrex's dino_vitdet_base_4scale_12ep.py
+# (DINO-ViTDet-Base-4scale, MAE ViT-B, box AP 50.2), whose backbone is
+# configs/dino-4scale_vit-b-rel-pos_vitdet_12e_coco.py. This config is that
+# run with ViTDet's absolute table and relative tables replaced by the PEG,
+# everything else equal: the difference to 50.2 (or, better, to the
+# rel-pos config run alike) is the encoding's. Every other place mmpe
+# differs from detrex, with the reasons: the base file's header.
+# The 50-epoch schedule (detrex: 55.0):
+# dino-4scale_vit-b-peg_vitdet_50e_coco.py.
+#
+# Pre-trained weights: MAE's ViT-B, the same file as the iRPE and RoPE-Mixed
+# configs; this encoding drops MAE's absolute table (and the class token;
+# MAE's final norm is not used); the PEG starts from its own
+# initialisation:
 #   wget https://dl.fbaipublicfiles.com/mae/pretrain/mae_pretrain_vit_base.pth
 #   python tools/model_converters/timm_vit_to_cpvt.py \
 #       mae_pretrain_vit_base.pth checkpoints/vit-b_mae-in1k_cpvt.pth

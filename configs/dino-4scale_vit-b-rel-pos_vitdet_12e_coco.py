@@ -1,20 +1,32 @@
-# DINO (4 scales) on ViTDet's own ViT-B/16 backbone: the absolute position
-# table of the pre-trained ViT (learnable, 14 x 14, resampled bicubically to
-# each input's grid) and the decomposed relative position of MViTv2 in every
+# DINO (4 scales) on ViTDet's own ViT-B/16 backbone, trained with detrex's
+# DINO-ViTDet recipe: the config of detrex's
+# projects/dino/configs/dino-vitdet/dino_vitdet_base_4scale_12ep.py
+# (DINO-ViTDet-Base-4scale, MAE ViT-B, 12 epochs: box AP 50.2 on COCO
+# val2017), the number this config targets. The 50-epoch schedule (55.0):
+# dino-4scale_vit-b-rel-pos_vitdet_50e_coco.py.
+#
+# Position information as detectron2's ViT (use_abs_pos, use_rel_pos): the
+# pre-trained absolute table (14 x 14, resampled bicubically to each
+# batch's grid) and the decomposed relative position of MViTv2 in every
 # block (q_i . R_h[iy - jy] + q_i . R_w[ix - jx] added to the attention
 # logits): the 14 x 14 window blocks own tables of 2 * 14 - 1 rows, the
 # global blocks 2, 5, 8, 11 tables for the 64 x 64 grid of a 1024 px input
-# (rel_pos_cfg.input_size, as ViTDet's), resized linearly to other grids
-# (DINO's images are up to 1333 x 800: 84 x 50 tokens); the tables start at
-# zero and, as in ViTDet's recipe, only the absolute table is exempt from
-# weight decay. Everything else is
-# configs/dino-4scale_vit-b-peg_vitdet_12e_coco.py.
-# The 50-epoch schedule: dino-4scale_vit-b-rel-pos_vitdet_50e_coco.py.
+# (rel_pos_cfg.input_size, detectron2's img_size=1024), resized linearly to
+# other grids (DINO's images are up to 1333 x 800: 84 x 50 tokens); the
+# relative tables start at zero. Both decay like every weight (detrex's
+# rule: only norms are exempt).
 #
-# ImageNet initialisation: MAE's ViT-B (the ViTDet paper's), converted once
-# KEEPING its position table (the class token and the table's class row are
-# dropped; the relative tables start at zero, so the first step is the MAE
-# model's attention):
+# Everything else, and every place mmpe differs from detrex (mmdet's DINO
+# transformer and its sine encoding; the padding masked in the backbone,
+# the neck and the query selection; the pyramid's initialisation and its
+# max-pool on odd grids), with the reasons:
+# _base_/models/dino-4scale_vit-b_vitdet.py. Warm-up: off, as detrex's
+# config; the option is in that file's header.
+#
+# Pre-trained weights: MAE's ViT-B (detrex's init_checkpoint), the same
+# file for every ViT-B encoding; this encoding KEEPS MAE's absolute table
+# (its class row and the class token are dropped; MAE's final norm is not
+# used, as detectron2's ViT has none):
 #   wget https://dl.fbaipublicfiles.com/mae/pretrain/mae_pretrain_vit_base.pth
 #   python tools/model_converters/timm_vit_to_cpvt.py \
 #       mae_pretrain_vit_base.pth checkpoints/vit-b_mae-in1k_cpvt-abs.pth \

@@ -17,7 +17,8 @@ from .autocast_optim_wrapper import AutocastOptimWrapper
 from .dataset_check_hook import DatasetCheckFailed, DatasetCheckHook
 from .exit_status import (BAD_INPUT_EXIT_CODE, PREEMPTED_EXIT_CODE, BadInput,
                           RunStopped)
-from .optimizers import ViTLayerDecayOptimWrapperConstructor
+from .optimizers import (LrFactorOptimWrapperConstructor,
+                         ViTLayerDecayOptimWrapperConstructor)
 from .padding_mask_hook import BackbonePaddingMaskHook
 from .plain_checkpoint_hook import PlainCheckpointHook
 from .plain_param_groups_hook import PlainParamGroupsHook, plain_param_groups
@@ -37,7 +38,8 @@ from .safe_checkpoint import (UNSAFE_LOAD_ENV, UnsafeCheckpointError,
 __all__ = [
     'ATOMIC_BACKEND', 'AtomicCheckpointHook', 'AtomicLocalBackend',
     'AutocastOptimWrapper', 'BAD_INPUT_EXIT_CODE', 'BackbonePaddingMaskHook',
-    'BadInput', 'DatasetCheckFailed', 'DatasetCheckHook', 'MMPERunner',
+    'BadInput', 'DatasetCheckFailed', 'DatasetCheckHook',
+    'LrFactorOptimWrapperConstructor', 'MMPERunner',
     'PREEMPTED_EXIT_CODE', 'PlainCheckpointHook', 'PlainParamGroupsHook',
     'PreemptionHook', 'RNGStateHook', 'RUNTIME_HOOKS',
     'ResumableEpochBasedTrainLoop', 'RunStopped', 'SignalTolerantWorkerInit',

@@ -1,4 +1,7 @@
 """Optimizer wrapper constructors (registered in mmdet's registry)."""
 from .layer_decay import ViTLayerDecayOptimWrapperConstructor
+from .lr_factors import LrFactorOptimWrapperConstructor
 
-__all__ = ['ViTLayerDecayOptimWrapperConstructor']
+__all__ = [
+    'LrFactorOptimWrapperConstructor', 'ViTLayerDecayOptimWrapperConstructor'
+]

@@ -4,6 +4,8 @@ Reference: Li et al., "Exploring Plain Vision Transformer Backbones for
 Object Detection" (ViTDet), ECCV 2022, Sec. 3 / Fig. 2 (c): the pyramid is
 built from the last stride-16 map alone, by deconvolutions (stride 4, 8),
 identity (16) and pooling (32), each followed by a 1x1 and a 3x3 conv.
+DINO on it (detrex's DINO-ViTDet) maps every level again by a 1x1 conv and
+GroupNorm (DINO's channel mapper): ``out_norm_cfg``.
 """
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -56,6 +58,12 @@ class ViTSimpleFPN(BaseModule):
     level: ``'maxpool'`` (1x1 max-pool with stride 2, as ViTDet/FPN's P6)
     or ``'conv'`` (3x3 stride-2 convs, ReLU between, as RetinaNet's P6/P7).
 
+    With ``out_norm_cfg`` every output level (extra levels included) is
+    mapped once more by a 1x1 conv with bias and that GroupNorm, under
+    ``out_convs``: the channel mapper that detrex's DINO-ViTDet puts after
+    the pyramid (its ``ChannelMapper`` of kernel 1 with
+    ``GroupNorm(32, 256)``).
+
     The name avoids ``SimpleFPN``, which MMDetection 3.3.0's
     ``projects/ViTDet`` registers into the same registry.
 
@@ -73,6 +81,9 @@ class ViTSimpleFPN(BaseModule):
         norm_cfg (dict, optional): Norm of the 1x1 and 3x3 convs (e.g.
             ``dict(type='GN', num_groups=32)``); None for biased convs
             without norm. Defaults to None.
+        out_norm_cfg (dict, optional): ``dict(type='GN', num_groups=...)``:
+            a 1x1 conv and this GroupNorm on every output level (DINO's
+            channel mapper); None (default): the levels as they are.
         init_cfg (dict | list[dict]): Initialisation config. Defaults to
             Xavier-uniform convs, as mmdet's FPN.
     """
@@ -88,6 +99,7 @@ class ViTSimpleFPN(BaseModule):
                  extra_type: str = 'maxpool',
                  in_index: int = -1,
                  norm_cfg: Optional[dict] = None,
+                 out_norm_cfg: Optional[dict] = None,
                  init_cfg: Union[dict, List[dict]] = dict(
                      type='Xavier', layer='Conv2d',
                      distribution='uniform')) -> None:
@@ -172,6 +184,24 @@ class ViTSimpleFPN(BaseModule):
                 self.extra_convs.append(
                     nn.Conv2d(
                         out_channels, out_channels, 3, stride=2, padding=1))
+        self.out_convs = nn.ModuleList()
+        if out_norm_cfg is not None:
+            if not isinstance(out_norm_cfg, dict) or out_norm_cfg.get(
+                    'type') not in ('GN', 'GroupNorm'):
+                raise ValueError(
+                    f'ViTSimpleFPN: unsupported `out_norm_cfg` '
+                    f'{out_norm_cfg!r}, please give a GroupNorm config '
+                    "(dict(type='GN', num_groups=32)) or None")
+            for _ in range(num_outs):
+                # a bias before the norm, as detrex's ChannelMapper
+                self.out_convs.append(
+                    ConvModule(
+                        out_channels,
+                        out_channels,
+                        1,
+                        bias=True,
+                        norm_cfg=out_norm_cfg,
+                        act_cfg=None))
 
     def forward(self, inputs: Sequence[Tensor]) -> Tuple[Tensor, ...]:
         """Build the pyramid from ``inputs[in_index]``.
@@ -183,7 +213,8 @@ class ViTSimpleFPN(BaseModule):
         Returns:
             tuple[Tensor]: ``num_outs`` maps ``(B, out_channels, h_i, w_i)``
             at strides ``s / f`` for each scale factor f, then ``2 s / f_min``,
-            ``4 s / f_min``, ... for the extra levels (finest first).
+            ``4 s / f_min``, ... for the extra levels (finest first); each
+            through its ``out_convs`` entry where there are some.
         """
         x = inputs[self.in_index]
         outs = []
@@ -196,4 +227,6 @@ class ViTSimpleFPN(BaseModule):
             else:
                 last = outs[-1] if i == 0 else F.relu(outs[-1])
                 outs.append(self.extra_convs[i](last))
+        if self.out_convs:
+            outs = [conv(out) for conv, out in zip(self.out_convs, outs)]
         return tuple(outs)

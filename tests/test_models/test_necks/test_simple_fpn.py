@@ -4,7 +4,9 @@ Expected values of every level come from a reference written here with
 torch's functional ops (transposed convs, convs, a LayerNorm over the
 channels written out, GELU from its erf form, max-pooling of a map padded
 with -inf) from ViTDet's pyramid (Li et al., ECCV 2022, Sec. 3 / Fig. 2 (c))
-and RetinaNet's P6 / P7, on the neck's weights.
+and RetinaNet's P6 / P7, on the neck's weights; with ``out_norm_cfg`` each
+level of that reference then through a 1x1 conv and ``F.group_norm``
+(detrex's DINO-ViTDet channel mapper).
 """
 import math
 
@@ -70,12 +72,16 @@ def _max_pool_2x2_ceil(x):
 
 
 def _conv_norm(x, conv_module, groups, padding):
-    """A ConvModule: conv (biased without norm), then GroupNorm if any."""
+    """A ConvModule: conv (biased without norm), then GroupNorm of
+    ``groups`` groups or a LayerNorm over the channels if it has one."""
     conv = conv_module.conv
     x = F.conv2d(x, conv.weight, conv.bias, padding=padding)
     if groups:
         norm = conv_module.norm
         x = F.group_norm(x, groups, norm.weight, norm.bias, norm.eps)
+    elif conv_module.with_norm:  # LayerNorm2d
+        norm = conv_module.norm.norm
+        x = _layer_norm_channels(x, norm.weight, norm.bias, norm.eps)
     return x
 
 
@@ -85,7 +91,8 @@ def fpn_reference(neck, x, groups=None):
     Scale 4: deconv 2x2/2 (C -> C/2), LayerNorm over channels, GELU,
     deconv 2x2/2 (C/2 -> C/4); 2: deconv 2x2/2; 1: the map; 0.5: max-pool
     2x2/2 (ceil). Each then a 1x1 and a 3x3 conv (with ``groups`` groups of
-    GroupNorm after each, if given). Extra levels: the last level taken at
+    GroupNorm after each, if given, else the neck's LayerNorm2d, if any).
+    Extra levels: the last level taken at
     every second pixel ('maxpool', a 1x1 max-pool with stride 2), or 3x3
     stride-2 convs with ReLU before all but the first ('conv').
     """
@@ -158,6 +165,50 @@ def test_simple_fpn_equals_functional_reference(hw, scale_factors, num_outs,
         torch.testing.assert_close(got, ref, **_F64_TOL, msg=name)
 
 
+@pytest.mark.parametrize('extra_type', ['maxpool', 'conv'])
+def test_out_convs_are_a_1x1_conv_and_group_norm_per_level(extra_type):
+    """``out_norm_cfg``: every level (the extra one too) of the pyramid
+    reference through a biased 1x1 conv and GroupNorm(4), forward and
+    backward, on random weights; the pyramid's own weights and names are
+    those of the neck without ``out_norm_cfg``."""
+    torch.manual_seed(0)
+    kwargs = dict(scale_factors=(2.0, 1.0, 0.5), num_outs=4,
+                  extra_type=extra_type, norm_cfg=dict(type='LayerNorm2d'))
+    neck = ViTSimpleFPN(16, 8, out_norm_cfg=dict(type='GN', num_groups=4),
+                        **kwargs).double()
+    pyramid = ViTSimpleFPN(16, 8, **kwargs)
+    assert set(pyramid.state_dict()) == {
+        k for k in neck.state_dict() if not k.startswith('out_convs.')}
+    assert len(neck.out_convs) == 4
+    with torch.no_grad():
+        for param in neck.parameters():
+            param.normal_(0, 0.5)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 16, 5, 7, generator=g, dtype=torch.float64)
+    x_ref = x.clone().requires_grad_()
+    x.requires_grad_()
+    outs = neck([x])
+    want = []
+    for level, out_conv in zip(fpn_reference(neck, x_ref), neck.out_convs):
+        conv, norm = out_conv.conv, out_conv.gn
+        y = F.conv2d(level, conv.weight, conv.bias)
+        want.append(F.group_norm(y, 4, norm.weight, norm.bias, norm.eps))
+    assert len(outs) == len(want) == 4
+    for out, ref in zip(outs, want):
+        torch.testing.assert_close(out, ref, **_F64_TOL)
+    params = dict(neck.named_parameters())
+    weights = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in outs]
+    got_grads = torch.autograd.grad(
+        sum((o * w).sum() for o, w in zip(outs, weights)),
+        [x] + list(params.values()))
+    ref_grads = torch.autograd.grad(
+        sum((o * w).sum() for o, w in zip(want, weights)),
+        [x_ref] + list(params.values()))
+    for name, got, ref in zip(['input'] + list(params), got_grads,
+                              ref_grads):
+        torch.testing.assert_close(got, ref, **_F64_TOL, msg=name)
+
+
 def test_simple_fpn_norm_cfg_and_registry():
     from mmdet.registry import MODELS
     neck = MODELS.build(
@@ -181,6 +232,9 @@ def test_simple_fpn_norm_cfg_and_registry():
     (dict(in_channels=[16, 32]), 'in_channels'),
     (dict(in_channels=18), 'divisible by 4'),
     (dict(out_channels=0), 'out_channels'),
+    (dict(out_norm_cfg=dict(type='BN')), r"`out_norm_cfg` \{'type': 'BN'\}, "
+     'please give a GroupNorm config'),
+    (dict(out_norm_cfg='GN'), "`out_norm_cfg` 'GN'"),
 ])
 def test_simple_fpn_bad_arguments(kwargs, match):
     args = dict(in_channels=16, out_channels=8)
