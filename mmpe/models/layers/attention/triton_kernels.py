@@ -133,7 +133,7 @@ def fused_forward_kernel(
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     i = pid_m * BM + tl.arange(0, BM)
-    ic, vy, vx = query_side(i, LQ, RH, GW, SKIP, QGRID)
+    ic, vy, vx = query_side(i, 0, LQ, RH, GW, 0, 0, SKIP, QGRID, 0)
     q = load_tile(Q, b * sq_b + h * sq_h, i, LQ, sq_l, D, BD, True)
     kbase = b * sk_b + h * sk_h
     vbase = b * sv_b + h * sv_h
@@ -205,11 +205,11 @@ def fused_backward_kv_kernel(
         sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, sdq_b, sdq_h, sdq_l,
         H, LQ, LK, GW, RH, SEED, P_DROP,
         D: tl.constexpr, DVD: tl.constexpr, SKIP: tl.constexpr,
-        ROWS: tl.constexpr, MASK: tl.constexpr, HAS_K: tl.constexpr,
-        HAS_Q: tl.constexpr, WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
-        QGRID: tl.constexpr, IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-        BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
-        BDV: tl.constexpr, BSK: tl.constexpr):
+        ROWS: tl.constexpr, QROWS: tl.constexpr, MASK: tl.constexpr,
+        HAS_K: tl.constexpr, HAS_Q: tl.constexpr, WITH_SUMS: tl.constexpr,
+        PRODUCT: tl.constexpr, QGRID: tl.constexpr, IEEE: tl.constexpr,
+        HAS_DROPOUT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+        BD: tl.constexpr, BDV: tl.constexpr, BSK: tl.constexpr):
     """``dk``, ``dv`` of a block of ``BN`` keys and, with a term on
     queries, its values' gradient rows of those keys. The keys' positions,
     validity and a key padding mask are fixed for the program (one bias
@@ -223,9 +223,13 @@ def fused_backward_kv_kernel(
     k = load_tile(K, b * sk_b + h * sk_h, j, LK, sk_l, D, BD, True)
     v = load_tile(V, b * sv_b + h * sv_h, j, LK, sv_l, DVD, BDV, True)
     mbase = b * sm_b + h * sm_h
-    kbias = tl.where(j < LK, 0., float('-inf'))
+    # keys past LK (zero rows of k, v) get probabilities that reach only
+    # their own dk, dv rows (never stored) and the scratch row LK of the
+    # term on queries' gradient: no bias per pair for them
+    kbias = tl.zeros((BN, ), tl.float32)
     if MASK == 1:  # the same for every query: once per program
-        kbias += tl.load(Mask + mbase + jc * sm_j).to(tl.float32)
+        kbias = tl.load(Mask + mbase + jc * sm_j).to(tl.float32)
+    koff_dvq = tl.where(j < LK, j, LK) * sdq_l
     VKbh = VK + b * svk_b + h * svk_h
     VQbh = VQ + b * svq_b + h * svq_h
     GSbh = GS + b * sg_b + h * sg_h
@@ -235,9 +239,12 @@ def fused_backward_kv_kernel(
     deltabase = Delta + pid_bh.to(tl.int64) * LQ
     dk = tl.zeros((BN, BD), tl.float32)
     dv = tl.zeros((BN, BDV), tl.float32)
+    qy0 = pid_n * 0  # the first block's first row: grid origin, after the
+    qx0 = pid_n * 0 - SKIP  # skip tokens
     for m0 in range(0, LQ, BM):
         i = m0 + tl.arange(0, BM)
-        ic, vy, vx = query_side(i, LQ, RH, GW, SKIP, QGRID)
+        ic, vy, vx = query_side(i, m0, LQ, RH, GW, qy0, qx0, SKIP, QGRID,
+                                QROWS)
         q = load_tile(Q, qbase, i, LQ, sq_l, D, BD, True)
         do = load_tile(DO, dobase, i, LQ, sdo_l, DVD, BDV, True)
         lse2 = tl.load(lsebase + i, mask=i < LQ,
@@ -247,15 +254,17 @@ def fused_backward_kv_kernel(
             q, k, vy, vx, ic.to(tl.int64) * sm_i, jc, jy0, r, jx, kbias,
             Mask, mbase, sm_j, Rows, Cols, RH, GW, VKbh, ic * svk_l, VQbh,
             jc * svq_l, MASK * (MASK == 2), HAS_K, HAS_Q, WITH_SUMS, PRODUCT,
-            SKIP, ROWS, IEEE, True)
+            SKIP, ROWS, IEEE, MASK == 1)
         p, de = grad_logits(s, lse2, delta, do, v, GSbh, ic * sg_l, p1, p2,
                             i, j, SEED, P_DROP, pid_bh, WITH_SUMS, PRODUCT,
                             IEEE, HAS_DROPOUT)
         dv += dot(tl.trans(p), do, IEEE)
         dk += dot(tl.trans(de), q, IEEE)
         if HAS_Q:  # dc^Q_j[b(j, i)] += dE_ij: rows of this block's keys
-            scatter(DVQ + b * sdq_b + h * sdq_h, jc * sdq_l, q1, q2, de,
-                    True, PRODUCT)
+            scatter(DVQ + b * sdq_b + h * sdq_h, koff_dvq, q1, q2, de, True,
+                    PRODUCT)
+        if QROWS > 0:
+            qy0, qx0 = next_tile(qy0, qx0, BM, GW, QROWS)
     store_tile(DK, b * sdk_b + h * sdk_h, dk, j, LK, sdk_l, D, BD)
     store_tile(DV, b * sdv_b + h * sdv_h, dv, j, LK, sdv_l, DVD, BDV)
 
@@ -312,7 +321,7 @@ def fused_backward_q_kernel(
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     i = pid_m * BM + tl.arange(0, BM)
-    ic, vy, vx = query_side(i, LQ, RH, GW, SKIP, QGRID)
+    ic, vy, vx = query_side(i, 0, LQ, RH, GW, 0, 0, SKIP, QGRID, 0)
     q = load_tile(Q, b * sq_b + h * sq_h, i, LQ, sq_l, D, BD, True)
     do = load_tile(DO, b * sdo_b + h * sdo_h, i, LQ, sdo_l, DVD, BDV, True)
     lse2 = tl.load(Lse + pid_bh.to(tl.int64) * LQ + i, mask=i < LQ,

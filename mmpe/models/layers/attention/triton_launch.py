@@ -7,15 +7,19 @@ same launches for a GPU target (``kernel.run(..., warmup=True)``) without
 running them, so the report describes the code the op runs.
 
 Tile sizes, warps and software-pipelining stages come from
-:data:`TILE_CONFIGS` by pass and head dim, read against the compile report
-(registers, spills, instructions per tile): four warps, 64 query rows;
-64 keys per tile at head dim 64, 32 at head dim 32 (DETR's heads: with 64
-Triton keeps the gathers' addresses per pair and the kernels spill); three
-stages for the forward; one for the backward kernels, whose four products
-per tile and recomputed terms need the registers that software pipelining
-would take (two stages: 241 registers at head dim 64 without a term, and
-spills with one).
+:data:`TILE_CONFIGS` by pass, head dim and the gradient scatters per pair,
+read against the compile report (registers, spills, instructions per
+tile): four warps; 64 keys per tile at head dim 64, 32 at head dim 32
+(DETR's heads: with 64 Triton keeps the gathers' addresses per pair and
+the kernels spill); three stages for the forward, one for the backward
+kernels, whose four products per tile and recomputed terms need the
+registers that software pipelining would take (two stages: 241 registers
+at head dim 64 without a term, and spills with one); half tiles (32 query
+rows or keys) for a backward pass that accumulates a term's bucket sums
+while it recomputes another (q and k), or two per pair (cross), which
+spill at full tiles.
 """
+import math
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
@@ -49,28 +53,36 @@ class TileConfig(NamedTuple):
     num_stages: int
 
 
-#: ``(pass, largest head dim) -> TileConfig``, the first entry whose head
-#: dim is at least the call's
-TILE_CONFIGS: Dict[str, Tuple[Tuple[int, TileConfig], ...]] = {
-    'forward': ((32, TileConfig(64, 32, 4, 3)), (64, TileConfig(64, 64, 4, 3)),
-                (256, TileConfig(64, 32, 4, 2))),
-    'backward_kv': ((32, TileConfig(64, 32, 4, 1)),
-                    (64, TileConfig(64, 64, 4, 1)),
-                    (256, TileConfig(64, 32, 4, 1))),
-    'backward_q': ((32, TileConfig(64, 32, 4, 1)),
-                   (64, TileConfig(64, 64, 4, 1)),
-                   (256, TileConfig(64, 32, 4, 1))),
+#: ``pass -> ((largest head dim, most scatters per pair), TileConfig)``,
+#: the first entry that takes the call's head dim and the number of
+#: gradient scatters per pair of that pass (the term whose bucket sums it
+#: accumulates: 1 product, 2 cross; backward_kv: the term on queries,
+#: backward_q: the term on keys); measured by the compile report
+TILE_CONFIGS: Dict[str, Tuple[Tuple[Tuple[int, int], TileConfig], ...]] = {
+    'forward': (((32, 2), TileConfig(64, 32, 4, 3)),
+                ((64, 2), TileConfig(64, 64, 4, 3)),
+                ((256, 2), TileConfig(64, 32, 4, 2))),
+    'backward_kv': (((32, 0), TileConfig(64, 32, 4, 1)),
+                    ((32, 2), TileConfig(32, 32, 4, 1)),
+                    ((64, 0), TileConfig(64, 64, 4, 1)),
+                    ((64, 2), TileConfig(32, 64, 4, 1)),
+                    ((256, 2), TileConfig(32, 32, 4, 1))),
+    'backward_q': (((32, 2), TileConfig(64, 32, 4, 1)),
+                   ((64, 1), TileConfig(64, 64, 4, 1)),
+                   ((64, 2), TileConfig(64, 32, 4, 1)),
+                   ((256, 2), TileConfig(64, 32, 4, 1))),
 }
 
 
-def tile_config(kernel: str, head_dim: int) -> TileConfig:
+def tile_config(kernel: str, head_dim: int, scatters: int = 0) -> TileConfig:
     """The tile sizes of ``kernel`` ('forward', 'backward_kv',
-    'backward_q') for a head dim (the larger of q's and v's)."""
-    for largest, config in TILE_CONFIGS[kernel]:
-        if head_dim <= largest:
+    'backward_q') for a head dim (the larger of q's and v's) and the
+    gradient scatters per pair it makes (:data:`TILE_CONFIGS`)."""
+    for (largest, most), config in TILE_CONFIGS[kernel]:
+        if head_dim <= largest and scatters <= most:
             return config
     raise ValueError(f'head dim {head_dim} is above the largest the '
-                     f'kernels take ({TILE_CONFIGS[kernel][-1][0]})')
+                     f'kernels take ({TILE_CONFIGS[kernel][-1][0][0]})')
 
 
 class Launch(NamedTuple):
@@ -118,20 +130,33 @@ def bucket_tables(rows: Tensor, cols: Tensor,
     return r, c
 
 
+def rows_spanned(width: int, block: int, aligned: bool) -> int:
+    """The most grid rows a tile of ``block`` consecutive grid tokens spans
+    on a grid ``width`` wide: tiles starting at multiples of ``block``
+    (``aligned``: their first column is a multiple of ``gcd(block,
+    width)``, so a tile of a grid whose width ``block`` divides stays in
+    one row), else anywhere."""
+    last = width - math.gcd(block, width) if aligned else width - 1
+    return (last + block - 1) // width + 1
+
+
 def _flags(q: Tensor, mask: Optional[Tensor], values_k, values_q,
            with_sums: bool, layout: List[int], dropout_p: float,
-           interpreted: bool, block_n: int, width: int) -> dict:
+           interpreted: bool, block_n: int, width: int,
+           aligned: bool = True) -> dict:
     """The kernels' constexpr switches (one compilation per combination).
     ``IEEE``: float32 products (float32 inputs, as the explicit backend's:
     no TF32; and bfloat16 in the interpreter, whose bfloat16 ``tl.dot``
     returns garbage as of Triton 3.9: the operands are converted exactly,
     only the rounding of ``P`` before ``P V`` differs from the GPU's).
     ``MASK``: 0 none, 1 one row of keys for every query (padding), 2 per
-    pair. ``ROWS``: grid rows a tile of ``block_n`` grid keys spans."""
+    pair. ``ROWS``: grid rows a tile of ``block_n`` grid keys spans
+    (:func:`rows_spanned`; ``aligned``: the tiles start at multiples of
+    ``block_n`` grid keys)."""
     ieee = q.dtype == torch.float32 or (q.dtype == torch.bfloat16
                                         and interpreted)
-    rows = (width + block_n - 2) // width + 1
     skip = layout[4]
+    rows = rows_spanned(width, block_n, aligned)
     if skip > MAX_SKIP:
         raise ValueError(f'the Triton kernel takes at most {MAX_SKIP} skip '
                          f'tokens, got {skip}')
@@ -200,8 +225,11 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
     dq, dk, dv_ = (torch.empty_like(x) for x in (q, k, v))
     dvk = (None if values_k is None else torch.zeros(
         b, h, lq, values_k.shape[-1], device=q.device, dtype=torch.float32))
+    # a scratch row past the keys: where backward_kv's keys past LK (its
+    # last block) put their bucket sums
     dvq = (None if values_q is None else torch.zeros(
-        b, h, lk, values_q.shape[-1], device=q.device, dtype=torch.float32))
+        b, h, lk + 1, values_q.shape[-1], device=q.device,
+        dtype=torch.float32))
     table_r, table_c = bucket_tables(rows, cols, layout)
     dummy = lse
     common = (dummy if mask is None else mask,
@@ -214,17 +242,25 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
                *_strides3(grad_sums))
     sizes = (h, lq, lk, cols.shape[1], rows.shape[1], seed, float(dropout_p))
     launches = []
-    for name, kernel in (('backward_kv', _kernels.fused_backward_kv_kernel),
-                         ('backward_q', _kernels.fused_backward_q_kernel)):
-        cfg = tile_config(name, max(d, dv))
+    per_term = 1 if layout[0] else 2  # a pair's buckets: product 1, cross 2
+    for name, kernel, term in (
+            ('backward_kv', _kernels.fused_backward_kv_kernel, values_q),
+            ('backward_q', _kernels.fused_backward_q_kernel, values_k)):
+        cfg = tile_config(name, max(d, dv), 0 if term is None else per_term)
+        # the key blocks of backward_kv start at multiples of BN tokens,
+        # skip tokens included; the forward's and backward_q's key tiles at
+        # multiples of BN grid keys
         meta = dict(D=d, DVD=dv,
                     **_flags(q, mask, values_k, values_q,
                              grad_sums is not None, layout, dropout_p,
-                             interpreted, cfg.BN, cols.shape[1]),
+                             interpreted, cfg.BN, cols.shape[1],
+                             name == 'backward_q' or layout[4] == 0),
                     BM=cfg.BM, BN=cfg.BN, BD=_pow2(d), BDV=_pow2(dv),
                     BSK=SKIP_TILE, num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages)
         if name == 'backward_kv':
+            qrows = rows_spanned(cols.shape[1], cfg.BM, layout[4] == 0)
+            meta['QROWS'] = qrows if qrows <= MAX_CANDIDATE_ROWS else 0
             outs = (dk, dv_, dummy if dvq is None else dvq)
             out_strides = (*_strides3(dk), *_strides3(dv_), *_strides3(dvq))
             grid = (triton.cdiv(lk, cfg.BN), b * h)
@@ -235,7 +271,8 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
         args = (q, k, v, grad_out, lse, delta, *common, *outs, table_r,
                 table_c, *strides, *out_strides, *sizes)
         launches.append(Launch(name, kernel, grid, args, meta))
-    return launches, [dq, dk, dv_, dvk, dvq]
+    return launches, [dq, dk, dv_, dvk,
+                      None if dvq is None else dvq[:, :, :lk]]
 
 
 def dropout_mask_launch(out: Tensor, seed: int, dropout_p: float, heads: int,

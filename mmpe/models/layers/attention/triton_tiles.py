@@ -65,18 +65,30 @@ def dropout_scale(SEED, P_DROP, pid_bh, i, j):
 
 
 @triton.jit
-def query_side(i, LQ, RH, GW, SKIP: tl.constexpr, QGRID: tl.constexpr):
+def query_side(i, i0, LQ, RH, GW, qy0, qx0, SKIP: tl.constexpr,
+               QGRID: tl.constexpr, QROWS: tl.constexpr):
     """Per query row: the token clamped into range (a row past ``LQ`` is
     read, never stored) and the grid row and column it views from; a skip
     token views from the tables' extra row / column (``RH``, ``GW``: every
     bucket there is the extra bucket), a query off the grid from the
-    origin."""
+    origin. ``QROWS`` > 0 (a loop over query blocks): the block's first
+    row ``i0`` is at grid row ``qy0``, column ``qx0`` (:func:`next_tile`; negative
+    for skip tokens) and spans at most ``QROWS`` grid rows, so that no
+    division is made per block."""
     ic = tl.minimum(i, LQ - 1)
     if QGRID:
-        g = ic - SKIP
-        gc = tl.maximum(g, 0)
-        vy = gc // GW
-        vx = gc - vy * GW
+        g = i - SKIP
+        if QROWS == 0:
+            gc = tl.maximum(tl.minimum(g, LQ - 1 - SKIP), 0)
+            vy = gc // GW
+            vx = gc - vy * GW
+        else:
+            x = qx0 + (i - i0)
+            r = tl.zeros_like(x)
+            for t in tl.static_range(1, QROWS):
+                r += (x >= t * GW).to(tl.int32)
+            vy = tl.minimum(qy0 + r, RH)  # rows past the grid: in range
+            vx = tl.maximum(x - r * GW, 0)
         if SKIP > 0:
             vy = tl.where(g < 0, RH, vy)
             vx = tl.where(g < 0, GW, vx)
@@ -139,7 +151,7 @@ def next_tile(jy0, x0, BN: tl.constexpr, GW, ROWS: tl.constexpr):
 
 @triton.jit
 def buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, BY_KEY: tl.constexpr,
-             SKIP: tl.constexpr, ROWS: tl.constexpr):
+            SKIP: tl.constexpr, ROWS: tl.constexpr, PRODUCT: tl.constexpr):
     """The pairs' bucket parts ``(part1, part2)`` (BM, BN) int32 of a term
     seen from the query (``BY_KEY`` False: ``rows[iy, jy]``, ``cols[ix,
     jx]``) or from the key (``rows[jy, iy]``, ``cols[jx, ix]``), ``vy`` /
@@ -148,7 +160,7 @@ def buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, BY_KEY: tl.constexpr,
     1) int32 with the skip tokens' extra row and column. The row part:
     each query row loads its candidates ``rows[iy, jy0 + t]`` once and the
     pair selects one by the key's ``r``; the column part is gathered per
-    pair."""
+    pair. Product: ``(part1 + part2, 0)``."""
     RS = RH + 1
     CS = GW + 1
     if ROWS == 0:
@@ -176,6 +188,8 @@ def buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, BY_KEY: tl.constexpr,
         part2 = tl.load((Cols + jx * CS)[None, :] + vx[:, None])
     else:
         part2 = tl.load((Cols + vx * CS)[:, None] + jx[None, :])
+    if PRODUCT:  # one bucket: one int32 tile kept, not two
+        return part1 + part2, part2 * 0
     return part1, part2
 
 
@@ -184,14 +198,15 @@ def gather(base, off, part1, part2, BY_KEY: tl.constexpr,
            PRODUCT: tl.constexpr):
     """The pairs' values (float32) from the viewers' rows of values: ``base``
     the head's values, ``off`` each viewer's row offset (int32; one per
-    query row, or per key with ``BY_KEY``); the bucket ``part1 + part2``
-    (product) or the sum of both buckets' values (cross)."""
+    query row, or per key with ``BY_KEY``); the bucket ``part1`` (product:
+    :func:`buckets` gives it whole) or the sum of both buckets' values
+    (cross)."""
     if BY_KEY:
         row = (base + off)[None, :]
     else:
         row = (base + off)[:, None]
     if PRODUCT:
-        return tl.load(row + (part1 + part2)).to(tl.float32)
+        return tl.load(row + part1).to(tl.float32)
     return (tl.load(row + part1).to(tl.float32) +
             tl.load(row + part2).to(tl.float32))
 
@@ -208,7 +223,7 @@ def scatter(base, off, part1, part2, vals, BY_KEY: tl.constexpr,
     else:
         row = (base + off)[:, None]
     if PRODUCT:
-        tl.atomic_add(row + (part1 + part2), vals, sem='relaxed')
+        tl.atomic_add(row + part1, vals, sem='relaxed')
     else:
         tl.atomic_add(row + part1, vals, sem='relaxed')
         tl.atomic_add(row + part2, vals, sem='relaxed')
@@ -233,12 +248,12 @@ def logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias, Mask, mbase,
     q2 = p1
     if KB or HAS_K:
         p1, p2 = buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, False,
-                          SKIP, ROWS)
+                         SKIP, ROWS, PRODUCT)
     if HAS_K:  # c^K_i[b(i, j)]: the query row's values
         s += gather(VK, qoff_vk, p1, p2, False, PRODUCT)
     if HAS_Q:  # c^Q_j[b(j, i)]: seen from the key
         q1, q2 = buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, True,
-                          SKIP, ROWS)
+                         SKIP, ROWS, PRODUCT)
         s += gather(VQ, koff_vq, q1, q2, True, PRODUCT)
     if MASK == 1:
         s += tl.load(Mask + mbase + jc * sm_j).to(tl.float32)[None, :]
