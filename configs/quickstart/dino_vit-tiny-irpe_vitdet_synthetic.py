@@ -4,8 +4,8 @@
 # losses of mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py, shrunk) on a tiny
 # plain ViT in ViTDet's layout whose position information is iRPE, on the
 # embedded synthetic data set, evaluated with COCO bbox AP. No pretrained
-# weights; 4 epochs (400 iterations of 8 images): 12.6 minutes on one
-# thread beside other jobs, bbox AP 0.321 / AP50 0.560 (seed 0;
+# weights; 4 epochs (400 iterations of 8 images): 11.3 minutes on one
+# thread beside other jobs, bbox AP 0.292 / AP50 0.489 (seed 0;
 # docs/data/dino_vitdet.json).
 #   python tools/dataset_converters/make_synthetic_coco.py
 #   python tools/train.py configs/quickstart/dino_vit-tiny-irpe_vitdet_synthetic.py

@@ -203,6 +203,19 @@ def test_no_final_norm():
                                atol=0, rtol=0)
 
 
+def test_rel_pos_config_is_detrex_backbone():
+    """detectron2's ViT-B of detrex's DINO-ViTDet: the absolute table
+    resampled by get_abs_pos, relative tables for 1024 px from zero; the
+    windows' padding stays masked (the documented difference)."""
+    cfg = Config.fromfile(osp.join(REPO, REL_POS))
+    backbone = cfg.model.backbone
+    assert backbone.pos_encoding == ('learnable', 'rel-pos')
+    assert backbone.pos_embed_interp == 'detectron2'
+    assert backbone.rel_pos_cfg == dict(input_size=(64, 64), init='zeros')
+    assert backbone.get('window_padding', 'masked') == 'masked'
+    assert backbone.final_norm is False
+
+
 def _header(name):
     with open(osp.join(REPO, name)) as f:
         lines = f.read().split('\n_base_')[0]

@@ -35,19 +35,20 @@
 #
 # Where mmpe differs, and why:
 #   - the transformer, head and losses are mmdet's DINO (not detrex's code);
-#     its sine encoding of the levels uses temperature 20 and offset 0
-#     (detrex: 10000 and -0.5, which its README credits with ~0.1 AP at 12
-#     epochs);
+#     its sine encoding of the levels uses the DINO authors' temperature 20
+#     and offset 0 (detrex: 10000 and -0.5, which its README credits with
+#     about 0.1 AP at 12 epochs);
 #   - padding is masked in the backbone (PaddingAwareDINO), where detrex's
 #     ViT takes it as image content: the batch's padded tokens are masked
-#     keys, and so is the padding that makes whole windows (detectron2
-#     attends to zero tokens there, also in a batch of one). So the ViT's
-#     features of an image do not depend on the batch it is in (tested;
-#     PEG, iRPE and RoPE-Mixed -- ViTDet's own absolute and relative tables
-#     are resized to the batch's padded grid, in detrex as here); from the
-#     pyramid on the padding is seen as in detrex (the channel
-#     mapper's GroupNorm takes its statistics over the padded map, DINO's
-#     decoder encodes its queries' boxes relative to the padded batch);
+#     keys, and so is the padding that makes whole windows (CPVT's default
+#     window_padding='masked'; detectron2 attends to zero tokens there,
+#     'zeros', also in a batch of one). So the ViT's features of an image
+#     do not depend on the batch it is in (tested with PEG, iRPE and
+#     RoPE-Mixed; ViTDet's own absolute and relative tables are resized to
+#     the batch's padded grid, in detrex as here). From the pyramid on the
+#     padding is seen as in detrex: the channel mapper's GroupNorm takes its
+#     statistics over the padded map and DINO's decoder encodes its queries'
+#     boxes relative to the padded batch;
 #   - the pyramid's convs start from Xavier-uniform weights (detectron2's
 #     keep PyTorch's default; detrex's ChannelMapper is Xavier-uniform, as
 #     here) and its max-pool rounds odd grids up (ceil_mode; detectron2's
@@ -62,7 +63,7 @@
 #   _base_ = './dino-4scale_vit-b-rel-pos_vitdet_12e_coco.py'
 #   param_scheduler = [{{_base_.lr_warmup}}, {{_base_.lr_steps}}]
 # (detrex's own lr_multiplier_12ep_warmup warms up over 1e-3 epochs, 7.5
-# iterations.)
+# iterations of its 7500 an epoch.)
 #
 # The position encoding and the pretrained weights are set by each config
 # (configs/dino-4scale_vit-*_vitdet_12e_coco.py).
