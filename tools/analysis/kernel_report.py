@@ -175,7 +175,8 @@ def kernel_row(launch, arch: int) -> dict:
     found = kernel_sass.loops(art['sass'])
     loop = kernel_sass.per_tile(found)
     meta = launch.meta
-    scale = art['num_warps'] * 4096 / (meta['BM'] * meta['BN']) / 4
+    tile = (meta.get('BM', 64), meta.get('BN', 64))
+    scale = art['num_warps'] * 4096 / (tile[0] * tile[1]) / 4
     ptxas = kernel_sass.parse_ptxas_log(art['ptxas_log'])
     whole = kernel_sass.count(kernel_sass.parse_sass(art['sass'])[0])
     return dict(
@@ -186,7 +187,7 @@ def kernel_row(launch, arch: int) -> dict:
         num_warps=art['num_warps'], num_stages=art['num_stages'],
         loops=len(found), nested=sum(lp.nested for lp in found),
         loop=loop, per_tile={k: round(v * scale) for k, v in loop.items()},
-        tile=(meta['BM'], meta['BN']), triton=art['triton'],
+        tile=tile, triton=art['triton'],
         ptxas=art['ptxas'])
 
 

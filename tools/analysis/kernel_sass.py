@@ -155,16 +155,18 @@ def per_tile(found: List[Loop]) -> Dict[str, int]:
 
 _SPILL = re.compile(r'(\d+) bytes spill stores, (\d+) bytes spill loads')
 _REGS = re.compile(r'Used (\d+) registers')
+_NOTE = re.compile(r'\(C\d{4}\)')
 
 
 def parse_ptxas_log(log: str) -> dict:
     """From ``ptxas -v``'s log: ``registers``, ``spill_stores`` /
-    ``spill_loads`` (bytes) and the warnings (``C7515``: "wgmma
-    serialized", the tensor-core pipeline broken up)."""
+    ``spill_loads`` (bytes) and its warnings and numbered notes (``(C7515)
+    Potential Performance Loss: wgmma.mma_async instructions are
+    serialized``: the tensor-core pipeline broken up, an "info" line)."""
     spill = _SPILL.search(log)
     regs = _REGS.search(log)
     warnings = [line.strip() for line in log.splitlines()
-                if 'warning' in line.lower()]
+                if 'warning' in line.lower() or _NOTE.search(line)]
     return dict(
         registers=int(regs.group(1)) if regs else None,
         spill_stores=int(spill.group(1)) if spill else None,

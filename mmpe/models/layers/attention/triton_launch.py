@@ -169,6 +169,32 @@ def _flags(q: Tensor, mask: Optional[Tensor], values_k, values_q,
                 HAS_DROPOUT=dropout_p > 0)
 
 
+#: The kernels address a head's rows with int32 offsets (row x row stride +
+#: column): every such offset stays below this
+INT32_LIMIT = 2**31
+
+
+def check_offsets(**tensors: Optional[Tensor]) -> None:
+    """Refuse tensors whose per-head offsets pass :data:`INT32_LIMIT`
+    (e.g. values of ``L`` tokens x ``nb`` buckets with ``L * nb >= 2^31``;
+    the mask's offsets are 64-bit, and the dropout's counters are the pair's
+    two token indices, not their product).
+
+    Raises:
+        ValueError: naming the tensor, its shape and the limit.
+    """
+    for name, x in tensors.items():
+        if x is None or x.dim() != 4:
+            continue
+        last = sum((n - 1) * st for n, st in zip(x.shape[2:], x.stride()[2:]))
+        if last >= INT32_LIMIT:
+            raise ValueError(
+                f'{name} of shape {tuple(x.shape)} has per-head offsets up '
+                f'to {last}: the Triton kernel takes fewer than 2^31 '
+                f'elements per head (e.g. tokens x buckets); split the '
+                f'batch or the sequence, or use attn_impl="chunked"')
+
+
 def _mask_strides(mask: Optional[Tensor]) -> tuple:
     return (0, ) * 4 if mask is None else tuple(mask.stride())
 
@@ -183,6 +209,7 @@ def forward_launch(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     (allocated, written by the launch)."""
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
+    check_offsets(q=q, k=k, v=v, values_k=values_k, values_q=values_q)
     cfg = tile_config('forward', max(d, dv))
     out = q.new_empty(b, h, lq, dv)
     lse = torch.empty(b, h, lq, device=q.device, dtype=torch.float32)
@@ -222,6 +249,7 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
     term)."""
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
+    check_offsets(grad_out=grad_out, grad_sums=grad_sums)
     dq, dk, dv_ = (torch.empty_like(x) for x in (q, k, v))
     dvk = (None if values_k is None else torch.zeros(
         b, h, lq, values_k.shape[-1], device=q.device, dtype=torch.float32))
