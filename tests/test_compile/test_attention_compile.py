@@ -1,6 +1,7 @@
 """The attention core compiles in one graph with a symbolic grid, forward
-and backward, for every iRPE setting and RoPE, and the compiled module equals
-eager forward and backward.
+and backward, for every iRPE setting, RoPE and the offset biases (log-CPB,
+2D ALiBi, LookHere), and the compiled module equals eager forward and
+backward.
 
 Backend ``aot_eager``: TorchDynamo traces the forward, AOTAutograd traces the
 joint forward/backward graph (functionalisation included), and the graph
@@ -52,6 +53,16 @@ CASES += [
     case['rpe_on'] == 'k' and not case['skip'] and
     case['rpe_cfg']['method'] in ('product', 'cross')
 ]
+# the offset biases (Swin-V2's log-CPB, 2D ALiBi, LookHere): 4 heads,
+# 'auto' (the fused CPU kernel), chunked and explicit, with a class token
+BIASES = [dict(type='log-cpb', pretrained_size=(4, 4), hidden=8),
+          dict(type='alibi-2d'), dict(type='lookhere', directions='corners')]
+CASES += [
+    dict(bias_cfg=bias, impl=impl, skip=skip, layout=layout, heads=4)
+    for bias in BIASES for impl, skip, layout in (('auto', 0, 'mmcv'),
+                                                  ('chunked', 1, 'timm'),
+                                                  ('explicit', 0, 'timm'))
+]
 CASES += [
     dict(rope_cfg=dict(type='rope2d'), layout='mmcv'),
     dict(rope_cfg=dict(type='rope-mixed'), layout='mmcv'),
@@ -61,6 +72,9 @@ CASES += [
 
 
 def _case_id(case):
+    if 'bias_cfg' in case:
+        return (f"{case['bias_cfg']['type']}-skip{case['skip']}-"
+                f"{case['layout']}-{case['impl']}")
     if 'rpe_cfg' not in case:
         return case.get('rope_cfg', {}).get('type', 'none') + (
             '+irpe' if case.get('both') else '')
@@ -72,6 +86,12 @@ def _case_id(case):
 def _module(case):
     torch.manual_seed(0)
     impl = dict(attn_impl=case.get('impl', 'auto'), chunk_size=5)
+    if 'bias_cfg' in case:
+        if case['layout'] == 'timm':
+            return ViTAttention(16, case['heads'], bias_cfg=case['bias_cfg'],
+                                skip=case['skip'], **impl)
+        return PEMultiheadAttention(16, case['heads'], batch_first=True,
+                                    bias_cfg=case['bias_cfg'], **impl)
     if case['layout'] == 'timm':
         return ViTAttention(
             16, 2, rpe_cfg=case['rpe_cfg'], rpe_on=case['rpe_on'],
@@ -155,7 +175,9 @@ def test_attention_compiles_once_and_equals_eager(case):
     assert not torch._dynamo.utils.counters['graph_break']
 
 
-@pytest.mark.parametrize('case', CASES[::3], ids=_case_id)
+@pytest.mark.parametrize(
+    'case', [c for i, c in enumerate(CASES) if i % 3 == 0 or 'bias_cfg' in c],
+    ids=_case_id)
 def test_inference_path_compiles_once(case):
     """Without gradients the core takes its other path (the terms as a
     constant SDPA mask); it too stays one graph over the grids."""

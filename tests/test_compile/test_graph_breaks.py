@@ -9,8 +9,9 @@ backward, is in ``test_attention_compile.py``):
   quick-start config with one encoder layer) with the ``encoder_pe``
   absolute part (sine / learnable / none) and relative part (none, iRPE in
   several modes / methods / ``on``, RoPE-2D, RoPE-Mixed, with integer or
-  normalised coordinates; and in training, with the coordinates'
-  augmentations drawn inside the graph);
+  normalised coordinates, the offset biases log-CPB, 2D ALiBi, LookHere;
+  and in training, with the coordinates' augmentations drawn inside the
+  graph);
 - the CPVT backbone with every ``pos_encoding`` and the DeiT-iRPE layout
   (class token, learnable table and iRPE), with a padding mask; and with
   ViTDet's windows (the padding to whole windows symbolic too).
@@ -43,6 +44,10 @@ RELATIVES = {
                             normalize='max'),
     'rope-mixed-norm': dict(type='rope-mixed', coords='normalized',
                             rescale=2.),
+    # the offset biases: their tables made from the symbolic grid
+    'log-cpb': dict(type='log-cpb', pretrained_size=(8, 8)),
+    'alibi-2d': 'alibi-2d',
+    'lookhere': dict(type='lookhere', directions='triangles'),
 }
 # DETR: every relative part with sine, and three of them with the other
 # absolute parts; Conditional / DAB-DETR (same attention class, own encoder
@@ -56,7 +61,8 @@ ENCODER_CASES = (
                  'rope-mixed-norm')] +
     [(det, absolute, 'irpe-ctx-product-k')
      for det in ('ConditionalDETR', 'DABDETR')
-     for absolute in ('learnable', 'none')])
+     for absolute in ('learnable', 'none')] +
+    [('ConditionalDETR', 'sine', 'log-cpb'), ('DABDETR', 'none', 'lookhere')])
 
 
 def _compile_once(fn, inputs):
@@ -116,6 +122,11 @@ BACKBONES = {
     'deit-irpe': dict(pos_encoding=('learnable', 'irpe'), use_cls_token=True),
     # tables made for (6, 6): resized to each grid inside the graph
     'rel-pos': dict(pos_encoding='rel-pos', rel_pos_cfg=dict(input_size=6)),
+    'log-cpb': dict(pos_encoding='log-cpb', bias_cfg=dict(hidden=16)),
+    'alibi-2d': dict(pos_encoding='alibi-2d'),
+    'lookhere': dict(pos_encoding='lookhere'),
+    # a class token: zero bias for its pairs
+    'cls-lookhere': dict(pos_encoding='lookhere', use_cls_token=True),
 }
 # ViTDet's layout: 3 x 3 windows in block 0 (no grid of GRIDS is whole
 # windows in both sides), block 1 global
@@ -123,7 +134,8 @@ WINDOWS = dict(window_size=3, global_blocks=(1, ))
 BACKBONES.update({
     f'{name}-windows': dict(BACKBONES[name], **WINDOWS)
     for name in ('peg', 'none', 'learnable', 'sine+peg', 'rope2d',
-                 'rope-mixed', 'irpe', 'rel-pos')
+                 'rope-mixed', 'irpe', 'rel-pos', 'log-cpb', 'alibi-2d',
+                 'lookhere')
 })
 
 
@@ -150,7 +162,8 @@ def test_cpvt_one_graph_no_recompile(name):
 
 
 @pytest.mark.parametrize('name', ['irpe-windows', 'rope-mixed-windows',
-                                  'rel-pos-windows'])
+                                  'rel-pos-windows', 'log-cpb-windows',
+                                  'lookhere-windows'])
 def test_windowed_cpvt_training_one_graph(name):
     """Forward and backward (AOTAutograd traces the backward) of a windowed
     backbone with a padded batch: one graph over the grids, the gradients

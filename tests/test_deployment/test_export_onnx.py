@@ -1,11 +1,13 @@
 """ONNX export (PyTorch's dynamo exporter, dynamic batch / height / width):
 onnxruntime equals PyTorch for the quick-start DETR-family detectors with
 mmpe's encoder position encodings (iRPE in DETR / Conditional DETR /
-DAB-DETR, RoPE-Mixed with integer or normalised coordinates; BoxRPB in the
-decoders of DAB-DETR and Conditional DETR), a
+DAB-DETR, RoPE-Mixed with integer or normalised coordinates, Swin-V2's
+log-CPB and LookHere; BoxRPB in the decoders of DAB-DETR and Conditional
+DETR), a
 padding-aware DETR with the CPVT backbone, and
 the CPVT / DeiT-iRPE / windowed (ViTDet) CPVT backbones alone (PEG, iRPE,
-RoPE-Mixed, ViTDet's learnable table + decomposed relative position), at the
+RoPE-Mixed, ViTDet's learnable table + decomposed relative position, 2D
+ALiBi, log-CPB), at the
 export size and at two others
 (one a batch with padded images); unsupported detectors are refused by
 name.
@@ -49,6 +51,10 @@ DETECTORS = {
     # the plain DETR with mmpe's padding-aware detector and the tiny CPVT
     # backbone: the pixel mask goes into the backbone inside the graph
     'padding-aware-detr-cpvt': 'detr_r18_synthetic.py',
+    # offset biases: log-CPB's MLP of the grid's offsets, LookHere's masks
+    # of the grid, in the graph
+    'detr-log-cpb': 'detr_log-cpb_r18_synthetic.py',
+    'detr-lookhere': 'detr_lookhere_r18_synthetic.py',
 }
 BACKBONES = {
     'cpvt-tiny': 'mask-rcnn_cpvt-tiny_synthetic.py',
@@ -60,6 +66,9 @@ BACKBONES = {
     'cpvt-tiny-vitdet-rope-mixed':
     'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
     'cpvt-tiny-vitdet-rel-pos': 'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
+    'cpvt-tiny-vitdet-alibi-2d':
+    'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
+    'cpvt-tiny-vitdet-log-cpb': 'mask-rcnn_vit-tiny-peg_vitdet_synthetic.py',
 }
 #: backbone arguments over the config's (windowed iRPE: the window grid's
 #: plan in the graph; RoPE-Mixed: full-grid tables cut into windows;
@@ -71,10 +80,15 @@ BACKBONE_OPTIONS = {
     'cpvt-tiny-vitdet-rel-pos': dict(
         pos_encoding=('learnable', 'rel-pos'),
         rel_pos_cfg=dict(input_size=5)),
+    'cpvt-tiny-vitdet-alibi-2d': dict(pos_encoding='alibi-2d'),
+    'cpvt-tiny-vitdet-log-cpb': dict(pos_encoding='log-cpb'),
 }
 #: tables drawn after init_weights (std 0.5, as after training): ViTDet's
-#: zero init would make the relative term vanish from the comparison
-RANDOM_TABLES = {'cpvt-tiny-vitdet-rel-pos': '.rel_pos.'}
+#: zero init would make the relative term vanish from the comparison (and
+#: log-CPB's init gives a near-constant bias)
+RANDOM_TABLES = {'cpvt-tiny-vitdet-rel-pos': '.rel_pos.',
+                 'cpvt-tiny-vitdet-log-cpb': '.grid_bias.',
+                 'detr-log-cpb': '.grid_bias.'}
 # Export batch, then two other sizes; (B, H, W) and each image's valid (h, w)
 # (None: the whole batch). Detector inputs are multiples of 8 as the
 # configs' pad_size_divisor makes them; the backbone takes any size.
@@ -163,6 +177,9 @@ def exported_detector(request, tmp_path_factory):
             # the outputs by ~1e-3 only)
             for p in model.decoder.box_rpb.parameters():
                 p.data.normal_(std=0.3)
+        for name, p in model.named_parameters():
+            if RANDOM_TABLES.get(request.param, '//') in name:
+                p.data.normal_(std=0.5)
         model.eval()
         out = str(tmp_path_factory.mktemp('onnx') / f'{request.param}.onnx')
         images, img_shapes = _images(*EXPORT, [(64, 96), (64, 48)])

@@ -40,7 +40,9 @@ NORMALIZED = dict(coords='normalized', normalize='separate')
 #: 20 x 12 in a 20 x 20 batch, none of them whole windows)
 CASES = [(pe, 0, None) for pe in POS_ENCODINGS] + [
     (pe, 6, None) for pe in ('peg', 'rope-mixed', 'irpe')] + [
-        ('rope-mixed', 0, NORMALIZED), ('rope2d', 6, NORMALIZED)]
+        ('rope-mixed', 0, NORMALIZED), ('rope2d', 6, NORMALIZED)] + [
+    # the offset biases (LookHere: 4 heads, a multiple of its 4 directions)
+    ('log-cpb', 6, None), ('alibi-2d', 0, None), ('lookhere', 0, None)]
 CASE_IDS = [
     f'{pe}-{ws}' + ('-normalized' if rope_cfg else '')
     for pe, ws, rope_cfg in CASES
@@ -53,6 +55,8 @@ def _model_cfg(pos_encoding='peg', type_='PaddingAwareEncoderDecoder',
     model = copy.deepcopy(cfg.model)
     model.type = type_
     model.backbone.arch = SMALL
+    if pos_encoding == 'lookhere':
+        model.backbone.arch = dict(SMALL, num_heads=4)
     model.backbone.pos_encoding = pos_encoding
     if rope_cfg:
         model.backbone.rope_cfg = rope_cfg
@@ -75,7 +79,7 @@ def _build(model_cfg, seed=0):
     # non-zero tables and frequencies, as after training
     with torch.no_grad():
         for name, p in model.backbone.named_parameters():
-            if 'rpe' in name or 'pos_embed' in name:
+            if 'rpe' in name or 'pos_embed' in name or 'grid_bias' in name:
                 p.normal_(0, 0.5)
     return model.eval()
 

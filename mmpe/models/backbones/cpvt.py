@@ -32,8 +32,10 @@ from ...utils.arg_checks import check_int
 from ..layers.blocks.vit_block import ViTBlock
 from ..layers.encodings.peg import PEG
 from ..utils.vit_pos_encodings import POS_ENCODINGS, parse_pos_encoding
-from .vit_args import (check_rates, parse_arch, parse_detectron2_options,
-                       parse_img_size, parse_out_indices, parse_peg_positions,
+from ..layers.grid_bias.build import layer_bias_cfg
+from .vit_args import (check_rates, parse_arch, parse_bias_cfg,
+                       parse_detectron2_options, parse_img_size,
+                       parse_out_indices, parse_peg_positions,
                        parse_rel_pos_cfg, parse_rope_cfg, parse_rpe_cfg,
                        parse_window_layout)
 from .vit_input import ViTInputMixin
@@ -68,11 +70,15 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
       al. 2022) in every block's attention: per-block row and column tables
       (``q_i . R_h[iy - jy] + q_i . R_w[ix - jx]`` added to the logits),
       configured by ``rel_pos_cfg``; no class token.
+    - ``'log-cpb'`` / ``'alibi-2d'`` / ``'lookhere'``: a per-head bias of
+      the grid offset in every block (Swin-V2's log-spaced continuous bias,
+      CROMA's 2D ALiBi, LookHere's directed masks; ``bias_cfg``; class
+      tokens get 0), see :mod:`mmpe.models.layers.grid_bias`.
 
     A list composes them: at most one absolute encoding (``'learnable'`` or
     ``'sine'``), ``'peg'``, and at most one inside attention (``'rope2d'``,
-    ``'rope-mixed'``, ``'irpe'`` or ``'rel-pos'``); ViTDet's own backbone
-    is ``('learnable', 'rel-pos')``. The iRPE authors' DeiT models are
+    ``'rope-mixed'``, ``'irpe'``, ``'rel-pos'`` or a bias); ViTDet's own
+    backbone is ``('learnable', 'rel-pos')``. The iRPE authors' DeiT models are
     ``pos_encoding=('learnable', 'irpe')`` with ``use_cls_token=True`` (the
     class token is iRPE's skip token); see
     ``tools/model_converters/deit_irpe_to_mmpe.py``.
@@ -172,6 +178,12 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
             default, or ``'trunc_normal'``) of every block's tables (see
             ``mmpe.models.layers.DecomposedRelPos``). Window blocks' tables
             are made for ``(window_size, window_size)``. Defaults to None.
+        bias_cfg (dict, optional): For ``'log-cpb'`` / ``'alibi-2d'`` /
+            ``'lookhere'``: the arguments of that bias (``mmpe.models.
+            layers.grid_bias``); log-CPB's ``pretrained_size`` defaults to
+            ``img_size // patch_size`` in global blocks and is ``(S, S)`` in
+            window blocks; LookHere's layer slope follows the block index.
+            Defaults to None.
         window_size (int): Window side S in patches; 0 (default) attends
             globally in every block. Defaults to 0.
         global_blocks (Sequence[int]): Blocks that attend globally when
@@ -233,6 +245,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
                  rope_cfg: Optional[dict] = None,
                  rpe_cfg: Optional[dict] = None,
                  rel_pos_cfg: Optional[dict] = None,
+                 bias_cfg: Optional[dict] = None,
                  window_size: int = 0,
                  global_blocks: Sequence[int] = (),
                  window_padding: str = 'masked',
@@ -299,6 +312,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
                                               self.num_skip)
         rel_pos_cfg = parse_rel_pos_cfg(rel_pos_cfg, encodings,
                                         use_cls_token, self.pretrain_grid)
+        bias_cfg = parse_bias_cfg(bias_cfg, encodings, self.pretrain_grid)
         # on the CPU whatever the default device (a model built on 'meta')
         dpr = torch.linspace(0, drop_path_rate, depth, device='cpu').tolist()
         self.blocks = nn.ModuleList([
@@ -316,6 +330,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
                 attn_impl=attn_impl,
                 skip=self.num_skip,
                 rel_pos_cfg=self._block_rel_pos_cfg(rel_pos_cfg, i),
+                bias_cfg=self._block_bias_cfg(bias_cfg, i),
                 window_size=0 if i in global_blocks else window_size,
                 window_padding=window_padding)
             for i in range(depth)
@@ -341,6 +356,16 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         if cfg is None or not self.window_size or index in self.global_blocks:
             return cfg
         return dict(cfg, input_size=(self.window_size, self.window_size))
+
+    def _block_bias_cfg(self, cfg: Optional[dict],
+                        index: int) -> Optional[dict]:
+        """Block ``index``'s ``bias_cfg``: LookHere's layer, log-CPB's
+        window ``(S, S)`` in a window block."""
+        cfg = layer_bias_cfg(cfg, index, self.depth)
+        if (cfg is not None and cfg['type'] == 'log-cpb' and self.window_size
+                and index not in self.global_blocks):
+            cfg = dict(cfg, pretrained_size=(self.window_size, ) * 2)
+        return cfg
 
     # ------------------------------------------------------------------ #
     def _init_default_weights(self) -> None:

@@ -11,8 +11,9 @@ from ...utils.arg_checks import check_int, is_int
 from ..layers.common.arg_checks import RPE_ON_CHOICES, check_choice
 from ..layers.encodings.pos_embed_2d import POS_EMBED_INTERPS
 from ..layers.encodings.rope_coords import COORD_DEFAULTS, ROPE_ARGS
+from ..layers.grid_bias.build import check_bias_cfg
 from ..layers.windows.window import WINDOW_PADDINGS
-from ..utils.vit_pos_encodings import ATTENTION_ENCODINGS
+from ..utils.vit_pos_encodings import ATTENTION_ENCODINGS, BIAS_ENCODINGS
 
 
 def parse_rpe_cfg(rpe_cfg: Optional[dict], encodings: Tuple[str, ...],
@@ -77,6 +78,32 @@ def parse_rel_pos_cfg(rel_pos_cfg: Optional[dict], encodings: Tuple[str, ...],
                          "choose from ('input_size', 'init')")
     cfg.setdefault('input_size', tuple(pretrain_grid))
     return cfg
+
+
+def parse_bias_cfg(bias_cfg: Optional[dict], encodings: Tuple[str, ...],
+                   pretrain_grid: Tuple[int, int]) -> Optional[dict]:
+    """The global blocks' ``bias_cfg`` (with its ``type``, the offset bias
+    named in ``encodings``; None without one). ``bias_cfg`` gives that
+    type's arguments; log-CPB's ``pretrained_size`` defaults to the
+    pre-training grid ``img_size // patch_size``."""
+    kinds = [name for name in encodings if name in BIAS_ENCODINGS]
+    if not kinds:
+        if bias_cfg is not None:
+            raise ValueError(
+                f'`bias_cfg` {bias_cfg!r} is only used with one of '
+                f'{BIAS_ENCODINGS} in `pos_encoding`, got pos_encoding='
+                f'{encodings!r}')
+        return None
+    if bias_cfg is not None and (not isinstance(bias_cfg, dict)
+                                 or 'type' in bias_cfg):
+        raise ValueError(
+            f'Unsupported `bias_cfg` {bias_cfg!r}, please give None or a '
+            f'dict of the arguments of {kinds[0]!r} (the type is the '
+            '`pos_encoding` name)')
+    cfg = dict(bias_cfg or {}, type=kinds[0])
+    if kinds[0] == 'log-cpb':
+        cfg.setdefault('pretrained_size', tuple(pretrain_grid))
+    return check_bias_cfg(cfg)
 
 
 def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],

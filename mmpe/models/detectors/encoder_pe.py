@@ -8,7 +8,9 @@ self-attention, and says what the decoder's cross-attention keys get::
     encoder_pe = dict(
         absolute='sine',         # 'sine' (mmdet's), 'learnable' or 'none'
         relative=dict(type='irpe', mode='contextual', method='product',
-                      ratio=1.9, on='k'),  # or 'rope2d', 'rope-mixed', None
+                      ratio=1.9, on='k'),  # or 'rope2d', 'rope-mixed',
+                                           # 'log-cpb', 'alibi-2d',
+                                           # 'lookhere', None
         decoder_pos='sine')      # 'sine' (mmdet's), 'encoder' or 'none'
 
 - ``absolute``: ``'sine'`` is the detector's own
@@ -46,11 +48,12 @@ self-attention, and says what the decoder's cross-attention keys get::
 from typing import Dict, Optional, Tuple, Union
 
 from ...utils.arg_checks import check_int
+from ..layers.grid_bias.build import GRID_BIASES, check_bias_cfg
 from ..layers.encodings.rope_coords import (COORD_DEFAULTS, ROPE_ARGS,
                                             check_coord_args)
 
 ABSOLUTE_CHOICES = ('sine', 'learnable', 'none')
-RELATIVE_CHOICES = ('irpe', 'rope2d', 'rope-mixed')
+RELATIVE_CHOICES = ('irpe', 'rope2d', 'rope-mixed') + tuple(GRID_BIASES)
 DECODER_POS_CHOICES = ('sine', 'encoder', 'none')
 ENCODER_PE_KEYS = ('absolute', 'relative', 'decoder_pos', 'learnable_grid')
 #: token-coordinate arguments of both rotary types (``rope_coords.py``)
@@ -85,6 +88,8 @@ def parse_relative(relative: Union[None, str, Dict]) -> Optional[Dict]:
                 f"type {relative['type']!r}, please choose from {allowed}")
         check_coord_args(
             **rope_coords_cfg(relative), prefix='encoder_pe.relative.')
+    elif relative['type'] in GRID_BIASES:
+        check_bias_cfg(relative, 'encoder_pe.relative')
     return relative
 
 
@@ -99,12 +104,14 @@ def rope_coords_cfg(relative: Optional[Dict]) -> Optional[Dict]:
 def attention_pe_cfg(relative: Optional[Dict], embed_dims: int,
                      num_heads: int) -> Dict:
     """The self-attention config keys (``rpe_cfg``, ``rpe_on``,
-    ``rope_cfg``) for a parsed relative part; checks RoPE's head dim at
-    build time."""
-    cfg = dict(rpe_cfg=None, rpe_on='k', rope_cfg=None)
+    ``rope_cfg``, ``bias_cfg``) for a parsed relative part; checks RoPE's
+    head dim at build time."""
+    cfg = dict(rpe_cfg=None, rpe_on='k', rope_cfg=None, bias_cfg=None)
     if relative is None:
         return cfg
     kind = relative['type']
+    if kind in GRID_BIASES:
+        return dict(cfg, bias_cfg=dict(relative))
     if kind == 'irpe':
         rpe_cfg = {k: v for k, v in relative.items() if k not in ('type', 'on')}
         return dict(cfg, rpe_cfg=rpe_cfg, rpe_on=relative.get('on', 'k'))

@@ -18,6 +18,7 @@ from mmdet.models.layers import LearnedPositionalEncoding
 from mmdet.structures import OptSampleList
 from ..layers.encodings.rope_coords import RoPECoords
 from ..layers.encodings.rope_mixed import RoPEMixed
+from ..layers.grid_bias.log_cpb import LogCPB
 from ..layers.irpe.irpe import iRPE
 from .encoder_pe import attention_pe_cfg, parse_encoder_pe, rope_coords_cfg
 from .pe_encoders import (PEDABDetrTransformerEncoder,
@@ -33,7 +34,8 @@ SUPPORTED_DETECTORS = tuple(det.__name__ for det, _ in PE_ENCODERS)
 
 
 class PEEncoderMixin:
-    """Puts a relative position encoding (iRPE, RoPE-2D or RoPE-Mixed) into
+    """Puts a relative position encoding (iRPE, RoPE-2D, RoPE-Mixed or an
+    offset bias: log-CPB, 2D ALiBi, LookHere) into
     every encoder self-attention of an mmdet DETR-family detector, and lets
     the absolute part be sine, learnable or none:
     ``class PEConditionalDETR(PEEncoderMixin, ConditionalDETR)``.
@@ -91,7 +93,8 @@ class PEEncoderMixin:
             positional_encoding = dict(
                 num_feats=attn_cfg['embed_dims'] // 2, normalize=True)
         if encoder_pe is not None and 'relative' in encoder_pe:
-            given = [k for k in ('rpe_cfg', 'rope_cfg') if attn_cfg.get(k)]
+            given = [k for k in ('rpe_cfg', 'rope_cfg', 'bias_cfg')
+                     if attn_cfg.get(k)]
             if given:
                 raise ValueError(
                     f'`encoder_pe.relative` and `encoder.layer_cfg.'
@@ -152,13 +155,14 @@ class PEEncoderMixin:
 
     def init_weights(self) -> None:
         """The detector's init (Xavier on every encoder matrix), then each
-        RPE table as its own ``init`` says and the RoPE-Mixed frequencies as
-        Heo et al. draw them."""
+        RPE table as its own ``init`` says, the RoPE-Mixed frequencies as
+        Heo et al. draw them and the log-CPB MLPs as Swin-V2 initialises
+        them."""
         super().init_weights()
         for module in self.encoder.modules():
             if isinstance(module, iRPE):
                 module.reset_table()
-            elif isinstance(module, RoPEMixed):
+            elif isinstance(module, (RoPEMixed, LogCPB)):
                 module.reset_parameters()
 
     def _learned_pos(self, feat: Tensor) -> Tensor:

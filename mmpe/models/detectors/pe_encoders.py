@@ -19,9 +19,11 @@ from mmdet.models.layers import (DABDetrTransformerEncoder,
                                  DetrTransformerEncoderLayer)
 from mmdet.models.layers.transformer.utils import MLP
 from ..layers.blocks.multihead_attention import PEMultiheadAttention
+from ..layers.grid_bias.build import layer_bias_cfg
 
 #: The arguments PEMultiheadAttention takes beyond mmcv's attention.
-PE_ATTN_KEYS = ('rpe_cfg', 'rpe_on', 'attn_impl', 'chunk_size', 'rope_cfg')
+PE_ATTN_KEYS = ('rpe_cfg', 'rpe_on', 'attn_impl', 'chunk_size', 'rope_cfg',
+                'bias_cfg')
 
 
 def without_pe_args(attn_cfg: Dict) -> Dict:
@@ -73,10 +75,19 @@ class PEEncoderLayersMixin:
                 f'`num_cp` (activation checkpointing) is not supported by '
                 f'the encoder of mmpe, got {self.num_cp}; use 0 or -1')
         self.layers = ModuleList([
-            PEDetrTransformerEncoderLayer(**self.layer_cfg)
-            for _ in range(self.num_layers)
+            PEDetrTransformerEncoderLayer(**self._pe_layer_cfg(i))
+            for i in range(self.num_layers)
         ])
         self.embed_dims = self.layers[0].embed_dims
+
+    def _pe_layer_cfg(self, index: int) -> Dict:
+        """Layer ``index``'s config: LookHere's slope depends on the
+        layer (``layer_bias_cfg``), every other setting is shared."""
+        attn = self.layer_cfg['self_attn_cfg']
+        bias = layer_bias_cfg(attn.get('bias_cfg'), index, self.num_layers)
+        if bias is attn.get('bias_cfg'):
+            return self.layer_cfg
+        return dict(self.layer_cfg, self_attn_cfg=dict(attn, bias_cfg=bias))
 
 
 class PEDetrTransformerEncoder(PEEncoderLayersMixin, DetrTransformerEncoder):

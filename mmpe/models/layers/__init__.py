@@ -6,7 +6,9 @@ floors; docs/design.md, "Import floors", numbers them): 3 ``common``
 interface), ``encodings`` (absolute, rotary and conv position encodings),
 ``windows`` (ViTDet's window layout); 5 ``irpe`` (index functions, bucket
 tables, expansion plans, the iRPE module and its term), ``box`` (BoxRPB,
-the per-axis box-to-pixel bias of decoder cross-attention); 6
+the per-axis box-to-pixel bias of decoder cross-attention),
+``grid_bias`` (per-head biases of the grid offset: Swin-V2's log-CPB, 2D
+ALiBi, LookHere); 6
 ``decomposed`` (ViTDet's decomposed relative position); 7 ``attention``
 (the attention core and its backends); 8 ``blocks`` (the mmcv and timm
 layouts around the core).
@@ -27,6 +29,10 @@ from .encodings.pos_embed_2d import (SinCosPosEmbed2D,
 from .encodings.rope2d import RoPE2D, apply_rope2d, build_rope2d
 from .encodings.rope_coords import RoPECoords
 from .encodings.rope_mixed import RoPEMixed, init_mixed_freqs
+from .grid_bias.alibi_2d import ALiBi2D
+from .grid_bias.log_cpb import LogCPB
+from .grid_bias.lookhere import LookHere
+from .grid_bias.offset_term import OffsetBias, OffsetBiasTerm
 from .irpe.buckets import axis_bucket_tables, get_bucket_ids_2d
 from .irpe.index import (clip_index, get_num_buckets, num_buckets_per_table,
                          piecewise_index, ratio_to_abg, relative_index_1d)
@@ -54,5 +60,6 @@ __all__ = [
     'DecomposedRelPos', 'DecomposedRelPosTerm', 'resize_rel_pos',
     'merge_windows', 'partition_grid', 'unpartition_grid', 'window_grid',
     'window_key_mask', 'window_table', 'window_tokens', 'AxisBiasTerm',
-    'BoxRPB', 'BiasedConditionalAttention', 'CrossPEAttention'
+    'BoxRPB', 'BiasedConditionalAttention', 'CrossPEAttention', 'LogCPB',
+    'ALiBi2D', 'LookHere', 'OffsetBias', 'OffsetBiasTerm'
 ]

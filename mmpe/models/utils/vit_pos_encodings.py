@@ -10,7 +10,10 @@ from typing import Sequence, Tuple, Union
 
 #: Every position encoding of the backbone, by the place it acts.
 ABSOLUTE_ENCODINGS = ('learnable', 'sine')
-ATTENTION_ENCODINGS = ('rope2d', 'rope-mixed', 'irpe', 'rel-pos')
+ATTENTION_ENCODINGS = ('rope2d', 'rope-mixed', 'irpe', 'rel-pos', 'log-cpb',
+                       'alibi-2d', 'lookhere')
+#: The per-head biases of the grid offset among them (``bias_cfg``)
+BIAS_ENCODINGS = ('log-cpb', 'alibi-2d', 'lookhere')
 POS_ENCODINGS = ('peg', 'none') + ABSOLUTE_ENCODINGS + ATTENTION_ENCODINGS
 
 

@@ -13,6 +13,9 @@ RoPE tables those tokens own. With ``'rel-pos'`` it runs on the whole
 ``S x S`` window instead (zeros past the grid, masked keys): ViTDet pads
 each window to ``S x S``, and a window's tables (``2 S - 1`` rows) are read
 at the offsets on that grid, never resized to the part inside the grid.
+The offset biases (log-CPB, 2D ALiBi, LookHere) depend on the offsets
+only: the loop's sub-grid gets the window's bias (log-CPB's offsets
+normalised by the window ``(S, S)`` in window blocks).
 """
 import copy
 import os.path as osp
@@ -51,6 +54,14 @@ ENCODINGS.update({
     # ViTDet's own backbone; tables made for another grid than the input's
     'learnable+rel-pos': dict(pos_encoding=('learnable', 'rel-pos'),
                               rel_pos_cfg=dict(input_size=(6, 5))),
+    # the offset biases: log-CPB's window blocks normalise by (3, 3), its
+    # global block by the pre-training grid (4, 4); LookHere's 'halves'
+    # needs a multiple of 4 heads
+    'log-cpb': dict(pos_encoding='log-cpb', bias_cfg=dict(hidden=16)),
+    'alibi-2d': dict(pos_encoding='alibi-2d'),
+    'lookhere': dict(pos_encoding='lookhere', arch=dict(SMALL, num_heads=4),
+                     bias_cfg=dict(directions='halves',
+                                   layer_slopes=(1.5, 0.5))),
 })
 _F64_ATOL = 1e-10  # float64: the same sums in another order
 # float64 outputs of size ~1 on the recorded float64 weights: the same
@@ -68,11 +79,13 @@ RECORDED = osp.join(
 def _model(window_size=WINDOW, seed=0, **kwargs):
     torch.manual_seed(seed)
     model = CPVT(
-        arch=SMALL, patch_size=PATCH, img_size=32, out_indices=(0, 1, 2),
-        window_size=window_size, global_blocks=GLOBAL, **kwargs)
+        arch=kwargs.pop('arch', SMALL), patch_size=PATCH, img_size=32,
+        out_indices=(0, 1, 2), window_size=window_size, global_blocks=GLOBAL,
+        **kwargs)
     with torch.no_grad():  # non-zero tables, as after training
         for name, param in model.named_parameters():
-            if 'rpe' in name or 'pos_embed' in name or 'rel_pos' in name:
+            if any(k in name for k in ('rpe', 'pos_embed', 'rel_pos',
+                                       'grid_bias')):
                 param.normal_(0, 0.5)
     return model.double().eval()
 
@@ -141,9 +154,10 @@ class LoopWindows(torch.nn.Module):
 def _reference(model, name):
     """The windowed ``model``'s weights in a global CPVT whose window
     blocks are :class:`LoopWindows`."""
-    if 'rel-pos' in name:
-        # the window blocks' tables are for (S, S), not the global grid of
-        # a model built without windows: a copy with global blocks
+    if 'rel-pos' in name or 'log-cpb' in name:
+        # the window blocks' tables (log-CPB: offsets) are for (S, S), not
+        # the global grid of a model built without windows: a copy with
+        # global blocks
         ref = copy.deepcopy(model)
         for i, block in enumerate(ref.blocks):
             block.window_size = 0 if i not in GLOBAL else block.window_size
@@ -469,7 +483,21 @@ def test_rel_pos_checkpoint_of_other_sizes_loads_resized():
     # two encodings inside attention: the argument, the value, the choices
     (dict(pos_encoding=('irpe', 'rel-pos')),
      r"`pos_encoding` \('irpe', 'rel-pos'\) combines more than one of "
-     r"\('rope2d', 'rope-mixed', 'irpe', 'rel-pos'\)"),
+     r"\('rope2d', 'rope-mixed', 'irpe', 'rel-pos', 'log-cpb', 'alibi-2d', "
+     r"'lookhere'\)"),
+    (dict(pos_encoding=('lookhere', 'rope2d')),
+     r'`pos_encoding` .* combines more than one of'),
+    (dict(pos_encoding='peg', bias_cfg=dict(hidden=8)),
+     r"`bias_cfg` \{'hidden': 8\} is only used with one of \('log-cpb', "
+     r"'alibi-2d', 'lookhere'\)"),
+    (dict(pos_encoding='log-cpb', bias_cfg=dict(type='log-cpb')),
+     r"`bias_cfg` \{'type': 'log-cpb'\}.*the type is the `pos_encoding`"),
+    (dict(pos_encoding='alibi-2d', bias_cfg=dict(hidden=8)),
+     r"`bias_cfg` arguments \['hidden'\] for type 'alibi-2d'"),
+    (dict(pos_encoding='log-cpb', bias_cfg=dict(pretrained_size=1)),
+     r'`pretrained_size` 1.*>= 2'),
+    (dict(pos_encoding='lookhere', arch=dict(SMALL, num_heads=2)),
+     r"LookHere `directions` 'corners' with num_heads=2"),
     (dict(pos_encoding=('rel-pos', 'rope-mixed')),
      r'`pos_encoding` .* combines more than one of'),
     (dict(pos_encoding='peg', rel_pos_cfg=dict(input_size=4)),
@@ -487,9 +515,9 @@ def test_rel_pos_checkpoint_of_other_sizes_loads_resized():
     (dict(pos_encoding=('learnable', 'rel-pos'), use_cls_token=True),
      r"`use_cls_token=True` with 'rel-pos'.*use_cls_token=False"),
 ])
-def test_bad_rel_pos_arguments(kwargs, match):
+def test_bad_rel_pos_and_bias_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        CPVT(arch=SMALL, **kwargs)
+        CPVT(**dict(dict(arch=SMALL), **kwargs))
 
 
 if __name__ == '__main__' and sys.argv[1:] == ['--record']:

@@ -1,10 +1,12 @@
 """``encoder_pe`` in DETR, Conditional DETR and DAB-DETR: RoPE-2D and
-RoPE-Mixed in the encoder self-attention, the learnable / absent absolute
-part, what the decoder keys get, batch invariance, and the build-time errors.
+RoPE-Mixed in the encoder self-attention, the offset biases (Swin-V2's
+log-CPB, 2D ALiBi, LookHere), the learnable / absent absolute part, what
+the decoder keys get, batch invariance, and the build-time errors.
 
 Expected values come from mmdet's plain detectors with the same weights, a
 per-pair loop reference of rotary attention written here from Heo et al.
-(ECCV 2024, Eq. 10-11 axial, Sec. 3.3 mixed) and RoFormer's Eq. 34, mmdet's
+(ECCV 2024, Eq. 10-11 axial, Sec. 3.3 mixed) and RoFormer's Eq. 34, the
+offset biases' per-pair loops of ``tests/grid_bias_reference.py``, mmdet's
 SinePositionalEncoding, and each image's encoder output alone.
 """
 import copy
@@ -26,6 +28,7 @@ from mmpe.models.layers.irpe.irpe import iRPE
 from mmpe.models.layers.encodings.rope_mixed import RoPEMixed
 
 from feature_samples import feature_samples
+from grid_bias_reference import alibi_loop, log_cpb_loop, lookhere_loop
 
 ROOT = osp.join(osp.dirname(__file__), '..', '..', '..')
 QUICK = osp.join(ROOT, 'configs', 'quickstart')
@@ -328,17 +331,25 @@ NORMALIZED = {
                              rescale=2.)
     for kind in ('rope2d', 'rope-mixed') for n in ('separate', 'max', 'min')
 }
+#: the offset biases (log-CPB's MLP drawn by the detector's init)
+BIASES = {
+    'log-cpb': dict(type='log-cpb', pretrained_size=(6, 6), hidden=32),
+    'alibi-2d': dict(type='alibi-2d'),
+    'lookhere': dict(type='lookhere', directions='corners'),
+}
 CHOICES = [(a, r) for a in ('sine', 'learnable', 'none')
            for r in (None, 'rope2d', 'rope-mixed')] + [
                ('sine', IRPE), ('none', IRPE)
            ] + [('sine', r) for r in NORMALIZED.values()] + [
-               ('none', NORMALIZED['rope-mixed-norm-separate'])]
+               ('none', NORMALIZED['rope-mixed-norm-separate'])
+           ] + [('sine', r) for r in BIASES.values()] + [
+               ('none', BIASES['lookhere'])]
 
 
 def _choice_id(absolute, relative):
     if isinstance(relative, dict):
-        name = next((k for k, v in NORMALIZED.items() if v == relative),
-                    'irpe')
+        name = next((k for k, v in {**NORMALIZED, **BIASES}.items()
+                     if v == relative), 'irpe')
         return f'{absolute}-{name}'
     return f'{absolute}-{relative}'
 
@@ -383,7 +394,17 @@ NAME = 'detr_rope-mixed_r18_synthetic.py'
     (dict(absolute='cosine'),
      r"encoder_pe.absolute.*'cosine'.*\('sine', 'learnable', 'none'\)"),
     (dict(relative='alibi'),
-     r"encoder_pe.relative.type.*'alibi'.*\('irpe', 'rope2d', 'rope-mixed'\)"),
+     r"encoder_pe.relative.type.*'alibi'.*\('irpe', 'rope2d', 'rope-mixed', "
+     r"'log-cpb', 'alibi-2d', 'lookhere'\)"),
+    (dict(relative='log-cpb'),
+     r"`encoder_pe.relative` of type 'log-cpb' needs `pretrained_size`"),
+    (dict(relative=dict(type='alibi-2d', theta=10.)),
+     r"`encoder_pe.relative` arguments \['theta'\] for type 'alibi-2d'"),
+    (dict(relative=dict(type='lookhere', layer=2)),
+     r"\['layer'\] for type 'lookhere'.*\('directions', 'distance', "
+     r"'global_slope', 'layer_slopes'\)"),
+    (dict(relative=dict(type='lookhere', directions='center')),
+     r"'center'.*absolute position"),
     (dict(relative=dict(mode='contextual')), r'encoder_pe.relative.*type'),
     (dict(relative=dict(type='rope2d', ratio=1.9)),
      r"\['ratio'\].*'rope2d'.*\('theta', 'coords', 'normalize', 'shift', "
@@ -452,6 +473,93 @@ def test_rope_mixed_checkpoint_of_another_head_count_is_refused():
             match=re.escape('encoder.layers.0.self_attn.rope.freqs') +
             r'.*\(2, 4, 16\).*\(2, 8, 8\)'):
         model.load_state_dict(state, strict=False)
+
+
+# ---------------------------------------------------------------------------
+# the offset biases (Swin-V2's log-CPB, 2D ALiBi, LookHere)
+# ---------------------------------------------------------------------------
+def _bias_loop(module, grid):
+    """(H, L, L) of an encoder layer's bias from the per-pair loops."""
+    name = type(module).__name__
+    if name == 'LogCPB':
+        mlp = module.cpb_mlp
+        return log_cpb_loop(mlp[0].weight.double(), mlp[0].bias.double(),
+                            mlp[2].weight.double(), grid,
+                            module.pretrained_size)
+    if name == 'ALiBi2D':
+        return alibi_loop(module.num_heads, grid)
+    return lookhere_loop(module.directions, module.num_heads, grid,
+                         global_slope=module.global_slope,
+                         layer_slopes=(module.layer_slope, ) * 2)
+
+
+@pytest.mark.parametrize('bias', list(BIASES))
+def test_offset_bias_layer_equals_loop_reference(bias):
+    """One encoder layer (mmcv layout: in_proj, out_proj, identity
+    shortcut) with a padded token, against its projections and the per-pair
+    bias written from the authors' equations, float64, on the valid
+    tokens."""
+    torch.manual_seed(0)
+    layer = PEMultiheadAttention(32, 4, batch_first=True,
+                                 bias_cfg=BIASES[bias]).double()
+    for p in layer.parameters():
+        p.data.normal_(0, 0.3)
+    grid = (3, 4)
+    x = torch.randn(2, 12, 32, dtype=torch.float64)
+    mask = torch.zeros(2, 12, dtype=torch.bool)
+    mask[1, -1] = True
+    with torch.no_grad():
+        got = layer(x, key_padding_mask=mask, spatial_shape=grid)
+        bias_ref = _bias_loop(layer.grid_bias, grid)
+        wq, wk, wv = layer.attn.in_proj_weight.chunk(3)
+        bq, bk, bv = layer.attn.in_proj_bias.chunk(3)
+        heads = []
+        for i in range(4):
+            sl = slice(8 * i, 8 * (i + 1))
+            q, k, v = (x @ w[sl].T + b[sl]
+                       for w, b in ((wq, bq), (wk, bk), (wv, bv)))
+            logits = q @ k.transpose(-1, -2) / math.sqrt(8) + bias_ref[i]
+            logits = logits.masked_fill(mask[:, None], float('-inf'))
+            heads.append(logits.softmax(-1) @ v)
+        want = x + layer.attn.out_proj(torch.cat(heads, -1))
+    # the valid tokens (LookHere's padded query that looks only at padding
+    # differs by design: grid_bias/lookhere.py)
+    valid = ~mask
+    torch.testing.assert_close(got[valid], want[valid], atol=REF_ATOL,
+                               rtol=1e-9)
+    assert torch.isfinite(got).all()
+
+
+@pytest.mark.parametrize('name', DETECTORS)
+def test_offset_biases_train_load_plain_weights_and_follow_the_layer(name):
+    """Each bias in every encoder layer; a training step is finite and
+    reaches log-CPB's MLPs (initialised as Swin-V2's, std 0.02, after the
+    detector's Xavier); the plain detector's weights load with only the
+    MLPs missing; LookHere's slope is the layer's entry of
+    ``linspace(*layer_slopes, num_layers)``."""
+    plain = _build(_plain(_cfg(name), name), 0).state_dict()
+    for kind, relative in BIASES.items():
+        if kind == 'lookhere':
+            relative = dict(relative, layer_slopes=(2., .5))
+        model = _build(_cfg(name, relative=relative), 0).train()
+        biases = [layer.self_attn.grid_bias for layer in model.encoder.layers]
+        missing = model.load_state_dict(plain, strict=False)
+        assert not missing.unexpected_keys
+        assert all('grid_bias.cpb_mlp' in k for k in missing.missing_keys)
+        assert bool(missing.missing_keys) == (kind == 'log-cpb')
+        if kind == 'log-cpb':
+            assert 0.015 < biases[0].cpb_mlp[0].weight.std() < 0.025
+        if kind == 'lookhere':
+            assert [b.layer_slope for b in biases] == pytest.approx(
+                [2.0, 1.25, 0.5])
+        data = _batch(model, [(3, 96, 160), (3, 128, 80)], training=True)
+        losses = model(**data, mode='loss')
+        total = sum(v for k, v in losses.items() if 'loss' in k)
+        assert torch.isfinite(total)
+        total.backward()
+        if kind == 'log-cpb':
+            assert all(torch.count_nonzero(p.grad) > 0 for b in biases
+                       for p in b.parameters())
 
 
 def test_relative_part_reaches_only_the_encoder():

@@ -38,6 +38,7 @@ from ..common.arg_checks import (ATTN_IMPL_CHOICES, RPE_ON_CHOICES,
 from ..common.tracing import is_exporting, is_tracing
 from ..decomposed.rel_pos import DecomposedRelPos
 from ..encodings.rope2d import apply_rope2d
+from ..grid_bias.build import build_grid_bias
 from ..irpe.irpe import iRPE
 from ..terms.relative_term import RelativeTerm
 from .backend_rule import AttentionCall
@@ -133,6 +134,12 @@ class PEAttention(BaseModule):
             relative position in the logits, a relative term like iRPE's
             (every backend runs it). Not with iRPE, RoPE (refused at the
             call) or skip tokens. None: none. Defaults to None.
+        bias_cfg (dict, optional): A per-head bias of the grid offset in
+            the logits (:mod:`~mmpe.models.layers.grid_bias`):
+            ``dict(type='log-cpb', pretrained_size=...)`` (Swin-V2),
+            ``dict(type='alibi-2d')`` or ``dict(type='lookhere', ...)``;
+            skip tokens get 0. Not with iRPE or ``rel_pos_cfg``. None:
+            none. Defaults to None.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
 
@@ -146,6 +153,7 @@ class PEAttention(BaseModule):
                  skip: Optional[int] = None,
                  chunk_size: Optional[int] = None,
                  rel_pos_cfg: Optional[Dict] = None,
+                 bias_cfg: Optional[Dict] = None,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         check_int('embed_dims', embed_dims)
@@ -211,6 +219,12 @@ class PEAttention(BaseModule):
                 raise ValueError('`rel_pos_cfg.head_dim` is set by the '
                                  'attention; remove it')
             self.rel_pos = DecomposedRelPos(head_dim=self.head_dims, **cfg)
+        if bias_cfg is not None and (rpe_cfg or rel_pos_cfg) is not None:
+            raise ValueError(
+                f'`bias_cfg` {bias_cfg!r} together with `rpe_cfg` / '
+                '`rel_pos_cfg`: one relative position per attention, please '
+                'choose one of them')
+        self.grid_bias = build_grid_bias(bias_cfg, num_heads)
         self._warned = set()  # messages this module has warned about
         self._flex_failed = set()  # (device type, dtype) that did not compile
 
@@ -357,17 +371,19 @@ class PEAttention(BaseModule):
     # ------------------------------------------------------------------
     @property
     def has_relative_terms(self) -> bool:
-        """Whether calls have relative terms (iRPE or the decomposed
-        relative position)."""
-        return bool(self.rpe_on) or self.rel_pos is not None
+        """Whether calls have relative terms (iRPE, the decomposed
+        relative position or an offset bias)."""
+        return bool(self.rpe_on) or self.rel_pos is not None \
+            or self.grid_bias is not None
 
     def relative_terms(self, qs: Tensor, ks: Optional[Tensor], height: int,
                        width: int) -> List[RelativeTerm]:
         """The relative terms of one call, in the order they are added:
         iRPE on keys (from the scaled queries), on queries (from the scaled
-        keys), the decomposed relative position (from the scaled queries),
-        iRPE on values. A new kind of term is added here (see
-        docs/design.md, "How to add a relative term").
+        keys), the decomposed relative position (from the scaled queries)
+        or an offset bias (``bias_cfg``), iRPE on values. A new kind of
+        term is added here (see docs/design.md, "How to add a relative
+        term").
 
         Args:
             qs (Tensor): Unrotated queries times ``1 / sqrt(head_dims)``
@@ -386,6 +402,8 @@ class PEAttention(BaseModule):
                  if rpe is not None]
         if self.rel_pos is not None:
             terms.append(self.rel_pos.term(qs, height, width))
+        if self.grid_bias is not None:
+            terms.append(self.grid_bias.term(qs, height, width))
         if self.rpe_v is not None:
             terms.append(self.rpe_v.term(qs, height, width))
         return terms
@@ -397,7 +415,8 @@ class PEAttention(BaseModule):
                 f'{type(self).__name__} needs `spatial_shape=(height, width)` '
                 f'of the token grid with relative terms (rpe_on='
                 f'{self.rpe_on!r}, rel_pos '
-                f'{"on" if self.rel_pos is not None else "off"}); got None')
+                f'{"on" if self.rel_pos is not None else "off"}, bias_cfg '
+                f'{"on" if self.grid_bias is not None else "off"}); got None')
         height, width = check_grid(*spatial_shape)
         expected = self.skip + height * width
         if q.shape[2] != expected or k.shape[2] != expected:

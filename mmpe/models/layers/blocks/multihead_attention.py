@@ -67,6 +67,9 @@ class PEMultiheadAttention(PEAttention):
             indices by default). iRPE, where also on, reads the unrotated q
             and k. None: no RoPE.
             Defaults to None.
+        bias_cfg (dict, optional): A per-head bias of the grid offset
+            (Swin-V2's log-CPB, 2D ALiBi, LookHere), see
+            :class:`PEAttention`. Defaults to None.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """
 
@@ -83,6 +86,7 @@ class PEMultiheadAttention(PEAttention):
                  attn_impl: str = 'auto',
                  rope_cfg: Optional[Dict] = None,
                  chunk_size: Optional[int] = None,
+                 bias_cfg: Optional[Dict] = None,
                  init_cfg: Optional[Dict] = None,
                  **kwargs) -> None:
         if 'dropout' in kwargs:  # mmcv's deprecated alias, kept for configs
@@ -99,6 +103,7 @@ class PEMultiheadAttention(PEAttention):
             rpe_on=rpe_on,
             attn_impl=attn_impl,
             chunk_size=chunk_size,
+            bias_cfg=bias_cfg,
             init_cfg=init_cfg)
         self.batch_first = batch_first
         # An nn.MultiheadAttention for mmcv's parameter names; the forward

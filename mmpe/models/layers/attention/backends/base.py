@@ -147,5 +147,5 @@ def fused_common_reason(request: AttentionRequest) -> Optional[str]:
             {term.axis_on for term in terms}) != len(terms):
         return ('it takes terms over per-axis buckets, one per role (iRPE '
                 'product / cross on queries, keys and values, the decomposed '
-                'relative position, BoxRPB)')
+                'relative position, the offset biases, BoxRPB)')
     return None
