@@ -4,7 +4,7 @@ detectron2's ``get_default_optimizer_params`` (the parameter groups of every
 detrex config) gives each parameter the optimiser's lr and weight decay,
 weight decay ``weight_decay_norm`` for the parameters of norm layers, and
 then multiplies the lr by ``lr_factor_func(name)`` of the parameter's full
-name; detrex's DETRs (DINO-ViTDet included) use
+name; detrex's DINO configs (DINO-ViTDet included) use
 ``lambda name: 0.1 if "backbone" in name else 1``. MMEngine's default
 constructor cannot say that: a ``custom_keys`` entry that sets ``lr_mult``
 also replaces the norm rule for the parameters it matches (a backbone norm
@@ -13,10 +13,10 @@ scales each lr:
 
 .. math::
 
-    \\mathrm{lr} = \\mathrm{lr}_{group} \\cdot f(\\text{longest key of
-    lr\\_factors that is the parameter's module path or a prefix of it}),
+    \\mathrm{lr} = \\mathrm{lr}_{group} \\cdot f_k,
 
-``f = 1`` where no key matches.
+``k`` the longest key of ``lr_factors`` that is the parameter's module path
+or a module above it, ``f_k`` its factor (1 where no key matches).
 """
 from numbers import Real
 from typing import Dict, List, Optional
