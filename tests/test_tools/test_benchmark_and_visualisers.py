@@ -194,6 +194,37 @@ def test_attention_benchmark_plain_softmax_is_the_same_layer(add_):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
+def test_attention_benchmark_offset_bias_rows():
+    """The offset-bias rows (issue 47): each bias on the backend its name
+    says, beside iRPE's product bias whose clip distance covers the largest
+    grid; a run of the filtered rows reports every one."""
+    from mmpe.models.layers import OffsetBias
+    tool = _tool('benchmark', 'attention.py')
+    rows_lib = _tool('benchmark', 'attention_rows.py')
+    args = tool.parse_args(['--grids', '3x5', '4x6', '--dims', '32',
+                            '--heads', '4'])
+    rows = rows_lib.offset_bias_rows(args, None)
+    names = [r[0] for r in rows]
+    assert names == [f'mmpe {n} ({impl})' for impl in ('explicit', 'fused')
+                     for n in ('bias product k clip-grid',
+                               *rows_lib.OFFSET_BIASES)]
+    for name, module, *_ in rows:
+        assert module.attn_impl == name.split('(')[-1][:-1]
+        if 'clip-grid' in name:
+            assert module.rpe_k.index == 'clip' and module.rpe_k.mode == 'bias'
+            assert module.rpe_k.bucket_spec.max_distance == 5  # 6 - 1
+        else:
+            assert isinstance(module.grid_bias, OffsetBias)
+            assert module.grid_bias.num_heads == 4
+    res = tool.main(['--quick', '--threads', '1', '--variants',
+                     'log-cpb|alibi-2d|lookhere|clip-grid', '--no-encoder',
+                     '--no-memory'])
+    got = [r['name'] for r in res['grids']['6x8']['layer']]
+    assert got == [rows_lib.BASELINE] + names
+    assert all(r['fwd_bwd_time_ratio'] > 0
+               for r in res['grids']['6x8']['layer'])
+
+
 def test_train_step_benchmark_quick_json(tmp_path):
     tool = _tool('benchmark', 'train_step.py')
     out = tmp_path / 'train_step.json'

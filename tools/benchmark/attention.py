@@ -35,6 +35,11 @@ Rows (layer level):
   chosen automatically; compiled once per shape before timing). On CPU
   only the forward exists in PyTorch 2.13, so its fwd+bwd columns are empty
   there.
+* ``mmpe {log-cpb,alibi-2d,lookhere} ({explicit,fused})`` - the offset
+  biases (Swin-V2's log-CPB, 2D ALiBi, LookHere: a per-head table of the
+  grid's ``(2h-1)(2w-1)`` offsets, product layout), beside ``mmpe bias
+  product k clip-grid (...)``, iRPE's product bias whose clip distance
+  covers the grid: the same backends on the same layout.
 
 Encoder rows: the same backends on a 6-layer encoder (``... encoder``).
 

@@ -2,7 +2,9 @@
 ``MultiheadAttention`` (the baseline), mmpe's attention with every iRPE
 mode, method and placement and every backend, the paper's Eq. 27-28 as
 written (:class:`Eq27Attention`), the plain-softmax variants of the softmax
-A/B (:func:`plain_softmax`), and the same backends in a DETR encoder."""
+A/B (:func:`plain_softmax`), the offset biases (log-CPB, 2D ALiBi,
+LookHere) beside an iRPE product bias (:func:`offset_bias_rows`), and the
+same backends in a DETR encoder."""
 import argparse
 import contextlib
 import math
@@ -28,6 +30,12 @@ SOFTMAX_B = ('mmpe ctx product k (plain softmax)',
              'mmpe ctx product k (plain softmax, add_)')
 MODES = {'bias': ('k', 'qk'), 'ctx': ('k', 'qk', 'qkv')}
 METHODS = ('product', 'cross', 'euclidean', 'quant')
+#: the offset biases' rows: name -> ``bias_cfg``
+OFFSET_BIASES = {
+    'log-cpb': dict(type='log-cpb', pretrained_size=(25, 42)),
+    'alibi-2d': dict(type='alibi-2d'),
+    'lookhere': dict(type='lookhere', directions='corners'),
+}
 
 
 class Eq27Attention(iRPEMultiheadAttention):
@@ -168,7 +176,34 @@ def layer_rows(args: argparse.Namespace, device: torch.device,
                                rpe_cfg=_rpe_cfg('ctx', 'product'),
                                rpe_on='k', **common), irpe_call, True, True))
     backend_rows('flex', ('ctx', 'bias'), flex_ok['fwd_bwd'], flex_ok['fwd'])
+    rows += offset_bias_rows(args, irpe_call)
     return [Row(n, m.to(device), c, b, f) for n, m, c, b, f in rows]
+
+
+def offset_bias_rows(args: argparse.Namespace, call) -> List[tuple]:
+    """``mmpe {log-cpb,alibi-2d,lookhere} ({explicit,fused})``: the offset
+    biases, a per-head table of ``(2h-1)(2w-1)`` buckets in the product
+    layout; and ``mmpe bias product k clip-grid (...)``, iRPE's bias of the
+    product method with a clip distance ``k`` of the largest side of
+    ``--grids`` minus 1 (per-head tables, ``(2k+1)^2`` buckets): the same
+    product-layout path of the same backend, the comparison of issue 47."""
+    dims, heads = args.dims, args.heads
+    common = layer_kwargs(args)
+    side = max(max(grid) for grid in args.grids) - 1
+    rows = []
+    for impl in ('explicit', 'fused'):
+        rpe = dict(mode='bias', method='product', index='clip',
+                   max_distance=side, shared_head=False, init='xavier')
+        rows.append((f'mmpe bias product k clip-grid ({impl})',
+                     iRPEMultiheadAttention(dims, heads, rpe_cfg=rpe,
+                                            rpe_on='k', attn_impl=impl,
+                                            **common), call, True, True))
+        for name, cfg in OFFSET_BIASES.items():
+            rows.append((f'mmpe {name} ({impl})',
+                         iRPEMultiheadAttention(dims, heads, bias_cfg=cfg,
+                                                attn_impl=impl, **common),
+                         call, True, True))
+    return rows
 
 
 def layer_kwargs(args: argparse.Namespace) -> dict:
