@@ -62,6 +62,12 @@ def test_row_builds_what_it_says(study, name, config, options):
         assert ropes == {next(
             (v for k, v in want.items() if k in name), 'NoneType')}
         assert bool(rpes) == ('iRPE' in name)
+        biases = {type(getattr(a, 'grid_bias', None)).__name__
+                  for a in attns}
+        want = {'log-CPB': 'LogCPB', '2D ALiBi': 'ALiBi2D',
+                'LookHere': 'LookHere'}
+        assert biases == {next(
+            (v for k, v in want.items() if k in name), 'NoneType')}
         # every row's decoder keys keep the sine encoding
         assert getattr(model, 'decoder_pos', 'sine') in ('sine', 'encoder')
     elif study.startswith('rope_coords'):

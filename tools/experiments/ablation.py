@@ -36,7 +36,8 @@ COCO-scale training is impossible on a 2-core CPU, so this re-creates the
 - ``encoder_pe_detr`` / ``encoder_pe_cond``: which position encoding a
   DETR-family encoder should use (``encoder_pe``): the quick-start DETR and
   Conditional DETR with sine, sine + contextual iRPE, sine + RoPE-2D, sine +
-  RoPE-Mixed and RoPE-Mixed without sine in the encoder (the decoder's
+  RoPE-Mixed, RoPE-Mixed without sine, and sine + each offset bias
+  (Swin-V2's log-CPB, 2D ALiBi, LookHere) in the encoder (the decoder's
   cross-attention keys keep the sine encoding in every row). Conditional
   DETR's step costs about twice DETR's, so it trains for half the epochs:
   each run gets about the same wall time;

@@ -14,6 +14,10 @@ DETR_ROPE_MIXED = 'configs/quickstart/detr_rope-mixed_r18_synthetic.py'
 COND_IRPE = 'configs/quickstart/conditional-detr_irpe_r18_synthetic.py'
 COND_ROPE_MIXED = \
     'configs/quickstart/conditional-detr_rope-mixed_r18_synthetic.py'
+DETR_LOG_CPB = 'configs/quickstart/detr_log-cpb_r18_synthetic.py'
+DETR_ALIBI = 'configs/quickstart/detr_alibi-2d_r18_synthetic.py'
+DETR_LOOKHERE = 'configs/quickstart/detr_lookhere_r18_synthetic.py'
+COND_LOG_CPB = 'configs/quickstart/conditional-detr_log-cpb_r18_synthetic.py'
 DAB_IRPE = 'configs/quickstart/dab-detr_irpe_r18_synthetic.py'
 DAB_BOX_RPB = 'configs/quickstart/dab-detr_box-rpb_r18_synthetic.py'
 DAB_IRPE_BOX_RPB = 'configs/quickstart/dab-detr_irpe_box-rpb_r18_synthetic.py'
@@ -95,6 +99,10 @@ STUDIES: Dict[str, List[tuple]] = {
         ('DETR sine + RoPE-2D', DETR_ROPE2D, []),
         ('DETR sine + RoPE-Mixed', DETR_ROPE_MIXED, []),
         ('DETR RoPE-Mixed, no sine', DETR_ROPE_MIXED, [NO_SINE]),
+        # the offset biases (issue 47)
+        ('DETR sine + log-CPB', DETR_LOG_CPB, []),
+        ('DETR sine + 2D ALiBi', DETR_ALIBI, []),
+        ('DETR sine + LookHere', DETR_LOOKHERE, []),
     ],
     'encoder_pe_cond': [
         ('Cond. DETR sine', COND_ROPE_MIXED,
@@ -104,6 +112,11 @@ STUDIES: Dict[str, List[tuple]] = {
          ['model.encoder_pe.relative=rope2d']),
         ('Cond. DETR sine + RoPE-Mixed', COND_ROPE_MIXED, []),
         ('Cond. DETR RoPE-Mixed, no sine', COND_ROPE_MIXED, [NO_SINE]),
+        ('Cond. DETR sine + log-CPB', COND_LOG_CPB, []),
+        ('Cond. DETR sine + 2D ALiBi', COND_ROPE_MIXED,
+         ['model.encoder_pe.relative=alibi-2d']),
+        ('Cond. DETR sine + LookHere', COND_ROPE_MIXED,
+         ['model.encoder_pe.relative=lookhere']),
     ],
 }
 # the rows of the RoPE-coordinate studies: (name, DETR config and options,
