@@ -15,6 +15,10 @@
 #               docs/data/*.json and, when it exists, the demo's work dir
 #   make docs-tables  rewrite the tables of docs/benchmark.md, results.md and
 #               testing.md from docs/data/*.json (standard library only)
+#   make kernel-report  compile the fused Triton kernels for sm_90 and sm_80
+#               (no GPU needed) and write what their compiled code says
+#               (registers, spills, instructions per tile, ...) into
+#               docs/data/kernel_report_sm{90,80}.{json,md}
 #   make gpu-check  on a machine with CUDA: the CUDA tests, FlexAttention
 #               against the explicit backend forward and backward, the auto
 #               rule's memory estimates against measured peaks, the long-sequence
@@ -42,7 +46,8 @@ SPHINX_ARGS ?=
 DOCS_SETUP ?= setup
 
 .PHONY: demo demo-fast test test-each-file setup setup-tests data train-demo \
-	eval-demo demo-seg setup-docs docs figures gpu-check docs-tables
+	eval-demo demo-seg setup-docs docs figures gpu-check docs-tables \
+	kernel-report
 
 setup:
 	bash tools/setup_env.sh
@@ -106,6 +111,12 @@ figures: setup-tests
 # test_docs_data.py fails when a committed table differs from this)
 docs-tables:
 	$(if $(wildcard $(PY)),$(PY),python3) tools/analysis/docs_tables.py
+
+# KERNEL_REPORT_ARGS: e.g. --subset main, --dtypes bfloat16
+KERNEL_REPORT_ARGS ?=
+kernel-report: setup-tests
+	$(PY) tools/analysis/kernel_report.py --arch 90 80 --out-dir docs/data \
+		$(KERNEL_REPORT_ARGS)
 
 # GPU_CHECK_ARGS: e.g. --skip-benchmarks (tests and checks only), --out-dir DIR
 GPU_CHECK_ARGS ?=

@@ -48,6 +48,7 @@ ALLOWED = {
         '1.3x': "the aims' bound (a target)",
         '1.5x': "the aims' bound (a target)",
         '0.6x': "the Mask R-CNN step's aim (a target)",
+        '2.0': "the compiled aims' bound on instructions per tile (a target)",
     },
     'docs/get_started.md': {
         '0.5': 'the AP50 threshold the text compares against',
@@ -125,7 +126,7 @@ NUMBER = re.compile(r'(?<![\w./])(\d+(?:\.\d+)*)([A-Za-z%/]*)')
 UNIT_AFTER = re.compile(
     r'(?:\s?[-–]\s?\d+(?:\.\d+)?)*\s?({})(?![\w/])'.format('|'.join(
         re.escape(u) for u in sorted(UNITS, key=len, reverse=True))))
-PACKAGE = re.compile(r'(?:PyTorch|torch|Python|mmcv|MMEngine|mmengine|'
+PACKAGE = re.compile(r'(?:PyTorch|torch|Python|Triton|mmcv|MMEngine|mmengine|'
                      r'MMDetection|mmdet|MMSegmentation|mmseg|timm|CUDA|'
                      r'opset|onnxruntime|ONNX)[ =]*$')
 

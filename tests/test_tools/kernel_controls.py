@@ -2,7 +2,8 @@
 test_kernel_report.py in a process of its own: the test suite interprets
 Triton kernels, this compiles them).
 
-    python tests/test_tools/kernel_controls.py OUT.json
+    PYTHONPATH=tools/analysis python tests/test_tools/kernel_controls.py \
+        OUT.json
 
 Writes, per control, what ``tools/analysis/kernel_report.py`` reads of a
 kernel (``kernel_row``): a loop of atomic adds with Triton's default
@@ -18,7 +19,6 @@ import sys
 
 os.environ.pop('TRITON_INTERPRET', None)
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-sys.path.insert(0, os.path.join(ROOT, 'tools', 'analysis'))
 
 import torch  # noqa: E402
 import triton  # noqa: E402

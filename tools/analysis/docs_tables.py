@@ -10,7 +10,8 @@ comments in its page::
     <!-- end table -->
 
 and this script computes the text between them from ``docs/data/*.json``
-(each file names the date, machine and command of its numbers)::
+(each file names the date, machine and command of its numbers; the
+compile report's tables come from ``kernel_tables.py`` beside it)::
 
     python tools/analysis/docs_tables.py            # rewrite the tables
     python tools/analysis/docs_tables.py --check    # exit 1 if one differs
@@ -27,6 +28,8 @@ import re
 import statistics
 import sys
 from typing import Callable, Dict, List, Sequence
+
+import kernel_tables  # beside this script: the compile report's tables
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 MARKER = re.compile(r'<!-- table: ([\w.-]+) -->\n(.*?)<!-- end table -->',
@@ -206,6 +209,15 @@ def ci_runs(root: str) -> str:
     return table(['date', 'conditions', 'set-up', 'suite', 'result'], rows)
 
 
+# --- docs/benchmark.md: the Triton kernels' compile report ---
+
+
+def kernel_report_rows(root: str, dtype: str) -> str:
+    rows = [r for r in load(root, 'kernel_report_sm90.json')['rows']
+            if r['dtype'] == dtype]
+    return kernel_tables.setting_table(rows)
+
+
 SCALES = ['x1 (grid <= 16)', 'x1.5 (<= 24)', 'x2 (<= 32)']
 MIOU = ['mIoU x1', 'mIoU x1.5', 'mIoU x2']
 TABLES: Dict[str, Callable[[str], str]] = {
@@ -231,6 +243,9 @@ TABLES: Dict[str, Callable[[str], str]] = {
     'decoder-rpb-cond-epochs': lambda r: decoder_rpb_epochs(
         r, 1, 'Conditional DETR, validation AP50 by epoch'),
     'ci-runs': ci_runs,
+    'kernel-report-sm90-bf16': lambda r: kernel_report_rows(r, 'bfloat16'),
+    'kernel-report-sm90-aims': lambda r: kernel_tables.aims_table(
+        load(r, 'kernel_report_sm90.json')['aims']),
 }
 PAGES = ('docs/benchmark.md', 'docs/results.md', 'docs/testing.md')
 

@@ -147,9 +147,9 @@ def fused_forward_kernel(
     if SKIP > 0:
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
                                   sv_l, 0, 0, 0, SKIP, LK, i, vy, vx,
-                                  qrow_mask, *args, D, DV, BD, BDV, BSK, MASK, HAS_K,
-                                  HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
-                                  HAS_DROPOUT, True)
+                                  qrow_mask, *args, D, DV, BD, BDV, BSK,
+                                  MASK, HAS_K, HAS_Q, PRODUCT, SKIP, ROWS,
+                                  IEEE, HAS_DROPOUT, True)
     full_end = SKIP + (LK - SKIP) // BN * BN
     jy0 = pid_m * 0  # the first full tile's first key: grid origin
     x0 = pid_m * 0
@@ -271,14 +271,15 @@ def fused_backward_kv_kernel(
 
 @triton.jit
 def _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l, sv_l, j0,
-                jy0, x0, JEND, LK, i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols,
-                RH, GW, VK, qoff_vk, VQ, svq_l, GS, qoff_gs, DVK, qoff_dvk,
-                SEED, P_DROP, pid_bh, D: tl.constexpr, DVD: tl.constexpr,
-                BD: tl.constexpr, BDV: tl.constexpr, BN: tl.constexpr,
-                MASK: tl.constexpr, HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
-                WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
-                SKIP: tl.constexpr, ROWS: tl.constexpr, IEEE: tl.constexpr,
-                HAS_DROPOUT: tl.constexpr, EDGE: tl.constexpr):
+                jy0, x0, JEND, LK, i, vy, vx, qrow_mask, Mask, mbase, sm_j,
+                Rows, Cols, RH, GW, VK, qoff_vk, VQ, svq_l, GS, qoff_gs, DVK,
+                qoff_dvk, SEED, P_DROP, pid_bh, D: tl.constexpr,
+                DVD: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
+                BN: tl.constexpr, MASK: tl.constexpr, HAS_K: tl.constexpr,
+                HAS_Q: tl.constexpr, WITH_SUMS: tl.constexpr,
+                PRODUCT: tl.constexpr, SKIP: tl.constexpr, ROWS: tl.constexpr,
+                IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                EDGE: tl.constexpr):
     """One key tile of the query block's backward: ``dq`` and the term on
     keys' gradient (bucket sums of ``dE`` into the block's own rows)."""
     j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, jy0, x0, BN, SKIP, ROWS,
@@ -340,8 +341,9 @@ def fused_backward_q_kernel(
     if SKIP > 0:
         dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
                          sv_l, 0, 0, 0, SKIP, LK, i, vy, vx, qrow_mask,
-                         *args, D, DVD, BD, BDV, BSK, MASK, HAS_K, HAS_Q, WITH_SUMS,
-                         PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, True)
+                         *args, D, DVD, BD, BDV, BSK, MASK, HAS_K, HAS_Q,
+                         WITH_SUMS, PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT,
+                         True)
     full_end = SKIP + (LK - SKIP) // BN * BN
     jy0 = pid_m * 0  # the first full tile's first key: grid origin
     x0 = pid_m * 0
@@ -355,8 +357,9 @@ def fused_backward_q_kernel(
     if full_end < LK:
         dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,
                          sv_l, full_end, 0, 0, LK, LK, i, vy, vx, qrow_mask,
-                         *args, D, DVD, BD, BDV, BN, MASK, HAS_K, HAS_Q, WITH_SUMS,
-                         PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT, True)
+                         *args, D, DVD, BD, BDV, BN, MASK, HAS_K, HAS_Q,
+                         WITH_SUMS, PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT,
+                         True)
     store_tile(DQ, b * sdq_b + h * sdq_h, dq, i, LQ, sdq_l, D, BD)
 
 

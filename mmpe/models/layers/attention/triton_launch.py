@@ -25,11 +25,20 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+#: The oldest Triton release the kernels take (``tl.philox`` with two
+#: counters, relaxed atomics, the launch options used here)
+TRITON_MIN = (3, 6)
+
 try:
     import triton
 
     from . import triton_kernels as _kernels
     TRITON_IMPORT_ERROR: Optional[str] = None
+    if tuple(int(x) for x in triton.__version__.split('.')[:2]) < TRITON_MIN:
+        TRITON_IMPORT_ERROR = (
+            f'Triton {triton.__version__} is older than '
+            f'{".".join(map(str, TRITON_MIN))}, the oldest release the '
+            f'kernels take')
 except ImportError as e:  # no Triton (a CPU-only install without tests)
     triton = _kernels = None
     TRITON_IMPORT_ERROR = f'Triton is not installed ({e})'

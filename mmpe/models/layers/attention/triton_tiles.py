@@ -72,8 +72,8 @@ def query_side(i, i0, LQ, RH, GW, qy0, qx0, SKIP: tl.constexpr,
     token views from the tables' extra row / column (``RH``, ``GW``: every
     bucket there is the extra bucket), a query off the grid from the
     origin. ``QROWS`` > 0 (a loop over query blocks): the block's first
-    row ``i0`` is at grid row ``qy0``, column ``qx0`` (:func:`next_tile`; negative
-    for skip tokens) and spans at most ``QROWS`` grid rows, so that no
+    row ``i0`` is at grid row ``qy0``, column ``qx0`` (:func:`next_tile`;
+    negative for skip tokens) and spans at most ``QROWS`` grid rows, so that no
     division is made per block."""
     ic = tl.minimum(i, LQ - 1)
     if QGRID:
@@ -237,10 +237,10 @@ def logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias, Mask, mbase,
             ROWS: tl.constexpr, IEEE: tl.constexpr, BIAS: tl.constexpr):
     """The float32 logits (BM, BN) of a tile, ``q k^T`` + the terms + the
     mask (``MASK`` 1: a vector of the keys, 2: per pair, ``qrow_mask`` the
-    rows' 64-bit offsets: ``L * L`` may pass 2^31) + ``kbias`` (``BIAS``: per key, 0 or ``-inf``),
-    and the pairs' buckets seen from the query (``KB`` or a term on keys)
-    and from the key (a term on queries), for the value term and the
-    gradients."""
+    rows' 64-bit offsets: ``L * L`` may pass 2^31) + ``kbias`` (``BIAS``:
+    per key, 0 or ``-inf``), and the pairs' buckets seen from the query
+    (``KB`` or a term on keys) and from the key (a term on queries), for
+    the value term and the gradients."""
     s = dot(q, tl.trans(k), IEEE)
     p1 = s.to(tl.int32) * 0
     p2 = p1
