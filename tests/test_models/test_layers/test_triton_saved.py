@@ -1,18 +1,24 @@
 """What the fused Triton kernel keeps for its backward and where its
 offsets stop: the bytes a call saves (``saved_tensors_hooks``) against
-``F.scaled_dot_product_attention`` without a term, the refusal of per-head
+``F.scaled_dot_product_attention`` without a term, every store and atomic
+add inside the tensors of its launch (Triton's interpreter, which checks
+no bounds, with a check added around its stores), the refusal of per-head
 offsets past 2^31, and the dropout's counters (the pair's two token
 indices, not their product). Run in Triton's interpreter where no GPU is
 (the conftest sets ``TRITON_INTERPRET=1``).
 """
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from mmpe.models.layers import PEAttention
 from mmpe.models.layers.attention.backends import choice
+from mmpe.models.layers import AxisValues
+from mmpe.models.layers.attention import triton_launch
 from mmpe.models.layers.attention.fused_triton import (dropout_mask,
-                                                       interpreted)
+                                                       interpreted,
+                                                       triton_attention)
 from mmpe.models.layers.attention.triton_launch import (INT32_LIMIT,
                                                         check_offsets)
 
@@ -92,3 +98,92 @@ def test_dropout_mask_is_keyed_by_the_pair_not_a_product():
     torch.testing.assert_close(long[..., :70], short, rtol=0, atol=0)
     # and the rows differ from one another (no shared stream)
     assert not torch.equal(long[0, 0, 0], long[0, 0, 1])
+
+
+def _term(grid, layout, skip, on, g, queries=None):
+    """Random tables and values of the AxisValues contract (as the kernel
+    tests lay out iRPE's buckets: extras after the spatial ones)."""
+    h, w = grid
+    n = skip + h * w
+    sy, sx = (3, 4) if layout == 'product' else (2 * h - 1, 2 * w - 1)
+    if layout == 'product':
+        nb, extras, offset = sy * sx + 1, (sy * sx, ), None
+    else:
+        offset = sy + 1
+        nb, extras = offset + sx + 1, (sy, offset + sx)
+    qgrid = queries is None
+    rows = torch.randint(0, sy, (h if qgrid else 1, h), generator=g)
+    cols = torch.randint(0, sx, (w if qgrid else 1, w), generator=g)
+    shape = ((1, 3, nb, 5) if on == 'v' else
+             (2, 3, (queries or n) if on == 'k' else n, nb))
+    values = torch.randn(shape, generator=g).requires_grad_(True)
+    return AxisValues(values, rows, cols, layout, sy, sx, offset, skip,
+                      extras if skip else (), on, qgrid)
+
+
+@pytest.mark.skipif(not interpreted(), reason='checks the interpreter\'s '
+                    'stores (on CUDA the GPU runs the kernels)')
+@pytest.mark.parametrize('grid,layout,skip,ons,queries', [
+    ((3, 5), 'product', 1, 'q', None),  # the query rows past the grid
+    ((3, 5), 'cross', 2, 'qkv', None),
+    ((3, 33), 'cross', 1, 'qkv', None),  # a row part per query row
+    ((2, 64), 'product', 2, 'qkv', None),  # tiles of one grid row
+    ((9, 8), 'product', 0, 'qkv', None),
+    ((4, 21), 'cross', 0, 'k', 70),  # queries off the grid (BoxRPB)
+])
+def test_every_store_and_atomic_stays_inside_its_tensors(
+        grid, layout, skip, ons, queries, monkeypatch):
+    """Forward and backward with padded keys: every address a kernel
+    stores to or adds into lies inside a tensor of its launch (the first
+    kernels' bucket of a row past the grid could point one row past its
+    table's last)."""
+    from triton.runtime import interpreter
+    ranges = []
+
+    def check(ptrs, mask):
+        p = np.asarray(ptrs).reshape(-1)
+        if mask is not None:
+            p = p[np.asarray(mask).reshape(-1).astype(bool)]
+        inside = np.zeros(p.shape, bool)
+        for lo, hi in ranges:
+            inside |= (p >= lo) & (p < hi)
+        assert inside.all(), f'{int((~inside).sum())} addresses outside'
+
+    builder = interpreter.InterpreterBuilder
+    rmw, masked, plain = (builder.create_atomic_rmw,
+                          builder.create_masked_store, builder.create_store)
+    monkeypatch.setattr(builder, 'create_atomic_rmw', lambda self, op, ptr,
+                        val, mask, *a: (check(ptr.data, mask.data),
+                                        rmw(self, op, ptr, val, mask,
+                                            *a))[1])
+    monkeypatch.setattr(builder, 'create_masked_store', lambda self, ptr,
+                        val, mask, *a: (check(ptr.data, mask.data),
+                                        masked(self, ptr, val, mask,
+                                               *a))[1])
+    monkeypatch.setattr(builder, 'create_store', lambda self, ptr, val, *a:
+                        (check(ptr.data, None), plain(self, ptr, val,
+                                                      *a))[1])
+    launch = triton_launch.Launch.__call__
+
+    def call(self):
+        ranges[:] = [(x.untyped_storage().data_ptr(),
+                      x.untyped_storage().data_ptr() +
+                      x.untyped_storage().nbytes())
+                     for x in self.args if isinstance(x, torch.Tensor)]
+        return launch(self)
+
+    monkeypatch.setattr(triton_launch.Launch, '__call__', call)
+    g = torch.Generator().manual_seed(len(ons) + skip)
+    n = skip + grid[0] * grid[1]
+    base = _term(grid, layout, skip, 'k', g, queries)
+    terms = [base._replace(on=on, values=_term(grid, layout, skip, on, g,
+                                               queries).values)
+             for on in ons]
+    q = torch.randn(2, 3, queries or n, 16, generator=g).requires_grad_(True)
+    k, v = (torch.randn(2, 3, n, 16 if i == 0 else 5,
+                        generator=g).requires_grad_(True) for i in range(2))
+    mask = torch.zeros(2, 1, 1, n)
+    mask[1, ..., -3:] = float('-inf')
+    out = triton_attention(q, k, v, mask, terms)
+    out.backward(torch.randn(out.shape, generator=g))
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()

@@ -48,7 +48,7 @@ import triton.language as tl
 
 from .triton_tiles import (LOG2E, dot, dropout_scale, grad_logits, key_side,
                            load_tile, logits, next_tile, query_side, scatter,
-                           store_tile)
+                           scatter_q, store_tile)
 
 
 @triton.jit
@@ -109,7 +109,8 @@ def _sums_tile(q, K, kbase, sk_l, j0, jy0, x0, JEND, LK, i, vy, vx,
     p = tl.math.exp2(s * LOG2E - lse2[:, None])
     if HAS_DROPOUT:  # the value term sees the dropped probabilities
         p = p * dropout_scale(SEED, P_DROP, pid_bh, i, j)
-    scatter(S, qoff_s, p1, p2, p, False, PRODUCT)
+    scatter_q(S, qoff_s, p1, p2, p, Rows, RH, vy, jy0, r, PRODUCT, SKIP,
+              ROWS)
 
 
 @triton.jit
@@ -256,8 +257,9 @@ def fused_backward_kv_kernel(
             jc * svq_l, MASK * (MASK == 2), HAS_K, HAS_Q, WITH_SUMS, PRODUCT,
             SKIP, ROWS, IEEE, MASK == 1)
         p, de = grad_logits(s, lse2, delta, do, v, GSbh, ic * sg_l, p1, p2,
-                            i, j, SEED, P_DROP, pid_bh, WITH_SUMS, PRODUCT,
-                            IEEE, HAS_DROPOUT)
+                            Rows, RH, vy, jy0, r, i, j, SEED, P_DROP, pid_bh,
+                            WITH_SUMS, PRODUCT, SKIP, ROWS, IEEE,
+                            HAS_DROPOUT)
         dv += dot(tl.trans(p), do, IEEE)
         dk += dot(tl.trans(de), q, IEEE)
         if HAS_Q:  # dc^Q_j[b(j, i)] += dE_ij: rows of this block's keys
@@ -291,12 +293,13 @@ def _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l, sv_l, j0,
                              Mask, mbase, sm_j, Rows, Cols, RH, GW, VK,
                              qoff_vk, VQ, jc * svq_l, MASK, HAS_K, HAS_Q,
                              WITH_SUMS, PRODUCT, SKIP, ROWS, IEEE, EDGE)
-    _, de = grad_logits(s, lse2, delta, do, v, GS, qoff_gs, p1, p2, i, j,
-                        SEED, P_DROP, pid_bh, WITH_SUMS, PRODUCT, IEEE,
-                        HAS_DROPOUT)
+    _, de = grad_logits(s, lse2, delta, do, v, GS, qoff_gs, p1, p2, Rows, RH,
+                        vy, jy0, r, i, j, SEED, P_DROP, pid_bh, WITH_SUMS,
+                        PRODUCT, SKIP, ROWS, IEEE, HAS_DROPOUT)
     dq += dot(de, k, IEEE)
     if HAS_K:  # dc^K_i[b(i, j)] += dE_ij: rows of this block's queries
-        scatter(DVK, qoff_dvk, p1, p2, de, False, PRODUCT)
+        scatter_q(DVK, qoff_dvk, p1, p2, de, Rows, RH, vy, jy0, r, PRODUCT,
+                  SKIP, ROWS)
     return dq
 
 

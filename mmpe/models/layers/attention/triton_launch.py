@@ -208,6 +208,24 @@ def _mask_strides(mask: Optional[Tensor]) -> tuple:
     return (0, ) * 4 if mask is None else tuple(mask.stride())
 
 
+def _scatters(name: str, term: Optional[Tensor], layout: List[int],
+              head_dim: int, width: int) -> int:
+    """Atomic adds per pair of a backward pass: 0 without the term whose
+    bucket sums it accumulates, 1 for a product, 2 for a cross term, but 1
+    for backward_q's cross term on keys where its tiles span one or two
+    grid rows (the row part's sums are then made per query row,
+    ``triton_tiles.scatter_rows``)."""
+    if term is None:
+        return 0
+    if layout[0]:
+        return 1
+    if name == 'backward_q':
+        block = tile_config(name, head_dim, 1).BN
+        if rows_spanned(width, block, True) <= 2:
+            return 1
+    return 2
+
+
 def forward_launch(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                    values_k: Optional[Tensor], values_q: Optional[Tensor],
                    with_sums: bool, num_buckets: int, rows: Tensor,
@@ -279,11 +297,12 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
                *_strides3(grad_sums))
     sizes = (h, lq, lk, cols.shape[1], rows.shape[1], seed, float(dropout_p))
     launches = []
-    per_term = 1 if layout[0] else 2  # a pair's buckets: product 1, cross 2
     for name, kernel, term in (
             ('backward_kv', _kernels.fused_backward_kv_kernel, values_q),
             ('backward_q', _kernels.fused_backward_q_kernel, values_k)):
-        cfg = tile_config(name, max(d, dv), 0 if term is None else per_term)
+        cfg = tile_config(name, max(d, dv),
+                          _scatters(name, term, layout, max(d, dv),
+                                    cols.shape[1]))
         # the key blocks of backward_kv start at multiples of BN tokens,
         # skip tokens included; the forward's and backward_q's key tiles at
         # multiples of BN grid keys

@@ -87,8 +87,11 @@ def query_side(i, i0, LQ, RH, GW, qy0, qx0, SKIP: tl.constexpr,
             r = tl.zeros_like(x)
             for t in tl.static_range(1, QROWS):
                 r += (x >= t * GW).to(tl.int32)
-            vy = tl.minimum(qy0 + r, RH)  # rows past the grid: in range
-            vx = tl.maximum(x - r * GW, 0)
+            # rows past the queries view from the extra row and column
+            # (both: a row part of the extra bucket with a real column
+            # part would be a bucket past the table)
+            vy = tl.where(i < LQ, qy0 + r, RH)
+            vx = tl.where(i < LQ, x - r * GW, GW)
         if SKIP > 0:
             vy = tl.where(g < 0, RH, vy)
             vx = tl.where(g < 0, GW, vx)
@@ -151,7 +154,8 @@ def next_tile(jy0, x0, BN: tl.constexpr, GW, ROWS: tl.constexpr):
 
 @triton.jit
 def buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, BY_KEY: tl.constexpr,
-            SKIP: tl.constexpr, ROWS: tl.constexpr, PRODUCT: tl.constexpr):
+            SKIP: tl.constexpr, ROWS: tl.constexpr, PRODUCT: tl.constexpr,
+            NO_ROW: tl.constexpr = False):
     """The pairs' bucket parts ``(part1, part2)`` (BM, BN) int32 of a term
     seen from the query (``BY_KEY`` False: ``rows[iy, jy]``, ``cols[ix,
     jx]``) or from the key (``rows[jy, iy]``, ``cols[jx, ix]``), ``vy`` /
@@ -160,10 +164,13 @@ def buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, BY_KEY: tl.constexpr,
     1) int32 with the skip tokens' extra row and column. The row part:
     each query row loads its candidates ``rows[iy, jy0 + t]`` once and the
     pair selects one by the key's ``r``; the column part is gathered per
-    pair. Product: ``(part1 + part2, 0)``."""
+    pair. Product: ``(part1 + part2, 0)``; ``NO_ROW``: ``(0, part2)`` (the
+    row part's values come per row, :func:`row_values`)."""
     RS = RH + 1
     CS = GW + 1
-    if ROWS == 0:
+    if NO_ROW:
+        part1 = (r[None, :] + vy[:, None]) * 0
+    elif ROWS == 0:
         jy = jy0 + r
         if BY_KEY:
             part1 = tl.load(Rows + jy[None, :] * RS + vy[:, None])
@@ -191,6 +198,67 @@ def buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, BY_KEY: tl.constexpr,
     if PRODUCT:  # one bucket: one int32 tile kept, not two
         return part1 + part2, part2 * 0
     return part1, part2
+
+
+@triton.jit
+def row_values(base, off, Rows, RH, vy, jy0, r, SKIP: tl.constexpr,
+               ROWS: tl.constexpr):
+    """A cross term seen from the query: the row part's values of the
+    tile's pairs, ``base[off_i + rows[iy, jy]]`` float32 (BM, BN), loaded
+    once per query row and candidate grid row ``jy0 + t`` (and the skip
+    tokens' extra row) and selected per pair by the key's ``r``."""
+    RS = RH + 1
+    row = base + off
+    first = tl.load(row + tl.load(Rows + vy * RS + jy0)).to(tl.float32)
+    out = tl.broadcast_to(first[:, None], (vy.shape[0], r.shape[0]))
+    for t in tl.static_range(1, ROWS + (SKIP > 0)):
+        grid_row = tl.minimum(jy0 + t, RH) if t < ROWS else RH
+        cand = tl.load(row + tl.load(Rows + vy * RS + grid_row))
+        out = tl.where(r[None, :] == t, cand.to(tl.float32)[:, None], out)
+    return out
+
+
+@triton.jit
+def scatter_rows(base, off, Rows, RH, vy, jy0, r, vals, SKIP: tl.constexpr,
+                 ROWS: tl.constexpr):
+    """The adjoint of :func:`row_values`: each query row's sums of
+    ``vals`` over the keys of each candidate grid row, one relaxed atomic
+    add per row and candidate (not per pair)."""
+    RS = RH + 1
+    row = base + off
+    rest = tl.sum(vals, 1)
+    for t in tl.static_range(1, ROWS + (SKIP > 0)):
+        grid_row = tl.minimum(jy0 + t, RH) if t < ROWS else RH
+        part = tl.sum(tl.where(r[None, :] == t, vals, 0.), 1)
+        tl.atomic_add(row + tl.load(Rows + vy * RS + grid_row), part,
+                      sem='relaxed')
+        rest -= part
+    tl.atomic_add(row + tl.load(Rows + vy * RS + jy0), rest, sem='relaxed')
+
+
+@triton.jit
+def gather_q(base, off, part1, part2, Rows, RH, vy, jy0, r,
+             PRODUCT: tl.constexpr, SKIP: tl.constexpr, ROWS: tl.constexpr):
+    """:func:`gather` of a term seen from the query; a cross term whose
+    tile spans one or two grid rows reads its row part per row
+    (:func:`row_values`)."""
+    if not PRODUCT and (ROWS == 1 or ROWS == 2):
+        row = (base + off)[:, None]
+        return (row_values(base, off, Rows, RH, vy, jy0, r, SKIP, ROWS) +
+                tl.load(row + part2).to(tl.float32))
+    return gather(base, off, part1, part2, False, PRODUCT)
+
+
+@triton.jit
+def scatter_q(base, off, part1, part2, vals, Rows, RH, vy, jy0, r,
+              PRODUCT: tl.constexpr, SKIP: tl.constexpr, ROWS: tl.constexpr):
+    """:func:`scatter` of a term seen from the query (the adjoint of
+    :func:`gather_q`)."""
+    if not PRODUCT and (ROWS == 1 or ROWS == 2):
+        scatter_rows(base, off, Rows, RH, vy, jy0, r, vals, SKIP, ROWS)
+        tl.atomic_add((base + off)[:, None] + part2, vals, sem='relaxed')
+    else:
+        scatter(base, off, part1, part2, vals, False, PRODUCT)
 
 
 @triton.jit
@@ -248,9 +316,11 @@ def logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias, Mask, mbase,
     q2 = p1
     if KB or HAS_K:
         p1, p2 = buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, False,
-                         SKIP, ROWS, PRODUCT)
+                         SKIP, ROWS, PRODUCT,
+                         not PRODUCT and (ROWS == 1 or ROWS == 2))
     if HAS_K:  # c^K_i[b(i, j)]: the query row's values
-        s += gather(VK, qoff_vk, p1, p2, False, PRODUCT)
+        s += gather_q(VK, qoff_vk, p1, p2, Rows, RH, vy, jy0, r, PRODUCT,
+                      SKIP, ROWS)
     if HAS_Q:  # c^Q_j[b(j, i)]: seen from the key
         q1, q2 = buckets(Rows, Cols, RH, GW, vy, vx, jy0, r, jx, True,
                          SKIP, ROWS, PRODUCT)
@@ -266,9 +336,10 @@ def logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias, Mask, mbase,
 
 
 @triton.jit
-def grad_logits(s, lse2, delta, do, v, GS, qoff_gs, p1, p2, i, j, SEED,
-                P_DROP, pid_bh, WITH_SUMS: tl.constexpr,
-                PRODUCT: tl.constexpr, IEEE: tl.constexpr,
+def grad_logits(s, lse2, delta, do, v, GS, qoff_gs, p1, p2, Rows, RH, vy,
+                jy0, r, i, j, SEED, P_DROP, pid_bh, WITH_SUMS: tl.constexpr,
+                PRODUCT: tl.constexpr, SKIP: tl.constexpr,
+                ROWS: tl.constexpr, IEEE: tl.constexpr,
                 HAS_DROPOUT: tl.constexpr):
     """``(P', dE)`` of a tile: ``P = exp2(e log2(e) - lse2)``, ``P' = P *
     M`` with the dropout scale ``M`` (1 without dropout), ``dP' = dO v^T (+
@@ -277,7 +348,8 @@ def grad_logits(s, lse2, delta, do, v, GS, qoff_gs, p1, p2, i, j, SEED,
     p = tl.math.exp2(s * LOG2E - lse2[:, None])
     dp = dot(do, tl.trans(v), IEEE)
     if WITH_SUMS:  # the term on values: dL/dp_ij += ds_i[b(i, j)]
-        dp += gather(GS, qoff_gs, p1, p2, False, PRODUCT)
+        dp += gather_q(GS, qoff_gs, p1, p2, Rows, RH, vy, jy0, r, PRODUCT,
+                       SKIP, ROWS)
     if HAS_DROPOUT:
         scale = dropout_scale(SEED, P_DROP, pid_bh, i, j)
         return p * scale, p * (dp * scale - delta[:, None])
