@@ -422,7 +422,8 @@ def test_the_auto_rule_picks_it_on_cuda():
 
 def test_cuda_reasons_name_what_the_kernel_does_not_take():
     """The fallback's warning names why: a dtype, a head dim, a term
-    without per-axis buckets (and attention dropout on CPU); None where it
+    without per-axis buckets, more class tokens than the kernel's skip tile
+    (and attention dropout on CPU); None where it
     applies (Triton installed, dropout included); 'fused' is the Triton
     kernel on CUDA only."""
     assert triton_unavailable_reason(torch.device('cuda')) is None
@@ -450,6 +451,11 @@ def test_cuda_reasons_name_what_the_kernel_does_not_take():
                                                          [box]))
     assert cuda.reason(_cuda_request([box])) is None
     assert 'runs on CPU' in cpu.reason(_cuda_request(terms))
+    # more leading (class) tokens than the kernel's skip tile holds
+    many = types.SimpleNamespace(device=torch.device('cuda'),
+                                 dtype=torch.float32, shape=(2, 2, 29, 16))
+    assert 'leading (class) tokens' in cuda.reason(AttentionRequest(
+        many, many, many, 1.0, terms, height=3, width=4))
 
 
 def test_a_setting_it_does_not_take_falls_back_with_the_reason(monkeypatch):

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from ..fused_triton import (MAX_HEAD_DIM, TRITON_DTYPES, triton_attention,
                             triton_unavailable_reason)
+from ..triton_launch import MAX_SKIP
 from .base import (AttentionBackend, AttentionRequest, fused_common_reason,
                    register_backend)
 
@@ -32,6 +33,10 @@ class FusedCUDABackend(AttentionBackend):
         if max(q.shape[-1], request.v.shape[-1]) > MAX_HEAD_DIM:
             return (f'head dim {max(q.shape[-1], request.v.shape[-1])} is '
                     f"above the Triton kernel's {MAX_HEAD_DIM}")
+        skip = request.k.shape[2] - request.height * request.width
+        if request.terms and skip > MAX_SKIP:
+            return (f'{skip} leading (class) tokens are more than the Triton '
+                    f"kernel's {MAX_SKIP}")
         return None
 
     def run(self, request: AttentionRequest) -> Tensor:
