@@ -4,7 +4,7 @@
 #   python tools/dataset_converters/make_synthetic_coco.py
 #   python tools/train.py configs/quickstart/rtdetr_r18vd_synthetic.py
 #
-# As the COCO recipes: ResNet-vd (mmdet's ResNetV1d: deep stem, average-pool
+# As the COCO recipes: ResNet-vd (PResNetVd: deep stem, average-pool
 # shortcut) levels at strides 8, 16, 32 into the hybrid encoder (AIFI with
 # the 2D sin-cos on the stride-32 map, CCFM with CSPRep blocks), the
 # RT-DETRv2 decoder (deformable cross-attention with 4 points per level,
@@ -48,7 +48,7 @@ model = dict(
                 scales=[128, 160, 160, 160, 192])
         ]),
     backbone=dict(
-        type='ResNetV1d',
+        type='PResNetVd',
         depth=18,
         base_channels=16,
         stem_channels=16,

@@ -25,7 +25,8 @@ _base_ = [
 model = dict(
     backbone=dict(
         depth=101,
-        init_cfg=dict(checkpoint='checkpoints/resnet101vd_ssld_rtdetr_mmpe.pth')),
+        init_cfg=dict(
+            checkpoint='checkpoints/resnet101vd_ssld_rtdetr_mmpe.pth')),
     neck=dict(hidden_dim=384, dim_feedforward=2048),
     bbox_head=dict(in_channels=[384, 384, 384]))
 

@@ -128,7 +128,7 @@ def test_recipe_values(name):
         assert hooks['BatchResizeStopHook'].stop_epoch == ref['stop']
     # the model's sizes
     model = cfg.model
-    assert model.backbone.type == 'ResNetV1d'
+    assert model.backbone.type == 'PResNetVd'
     assert model.backbone.depth == ref['depth']
     assert model.backbone.out_indices == (1, 2, 3)
     assert (model.backbone.frozen_stages == 0) == ref['frozen_stem']

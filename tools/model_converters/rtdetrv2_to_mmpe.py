@@ -7,9 +7,9 @@ state_dict, 'updates': n}, 'optimizer': ..., 'last_epoch': ...}``
 released ``*_ema.pth`` files hold the EMA, which their evaluation uses.
 This tool takes the EMA weights when the file has them (``--weights
 model`` for the others), maps the keys (``backbone.*``: PResNet ->
-mmdet's ResNetV1d, ``encoder.*`` -> ``neck.*``: HybridEncoder ->
-RTDETRHybridEncoder, ``decoder.*`` -> ``bbox_head.*``; the maps are
-:mod:`mmpe.models.utils.rtdetr_encoder_keys` and
+PResNetVd (mmdet's ResNetV1d names), ``encoder.*`` -> ``neck.*``:
+HybridEncoder -> RTDETRHybridEncoder, ``decoder.*`` -> ``bbox_head.*``;
+the maps are :mod:`mmpe.models.utils.rtdetr_encoder_keys` and
 :mod:`mmpe.models.utils.rtdetr_decoder_keys`) and writes
 ``{'state_dict': ..., 'meta': ...}`` for ``load_from``. With ``--backbone``
 it converts the authors' ImageNet PResNet files (a bare PResNet state
@@ -19,7 +19,8 @@ Example (RT-DETRv2-L)::
 
     wget https://github.com/lyuwenyu/storage/releases/download/v0.1/rtdetrv2_r50vd_6x_coco_ema.pth
     python tools/model_converters/rtdetrv2_to_mmpe.py \\
-        rtdetrv2_r50vd_6x_coco_ema.pth checkpoints/rtdetrv2_r50vd_6x_coco_mmpe.pth \\
+        rtdetrv2_r50vd_6x_coco_ema.pth \\
+        checkpoints/rtdetrv2_r50vd_6x_coco_mmpe.pth \\
         --config configs/rtdetr/rtdetrv2_r50vd_6x_coco.py
 
 A file that is not an RT-DETR checkpoint, or (with ``--config``) one whose
@@ -156,8 +157,8 @@ def convert_detector(state_dict: Dict[str, torch.Tensor]
 def convert_backbone(state_dict: Dict[str, torch.Tensor]
                      ) -> Dict[str, torch.Tensor]:
     """The authors' ImageNet PResNet (a bare ``PResNet`` state dict) under
-    mmdet's ResNetV1d names; of a detector's state dict, its ``backbone.*``
-    entries.
+    PResNetVd's (mmdet's ResNetV1d) names; of a detector's state dict,
+    its ``backbone.*`` entries.
 
     Raises:
         NotConvertible: Keys of no PResNet layer.
@@ -248,7 +249,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--backbone', action='store_true',
         help="the file is the authors' ImageNet PResNet (ResNet*_vd_*.pth): "
-        "write mmdet's ResNetV1d weights (for a backbone's init_cfg)")
+        "write PResNetVd's weights (for a backbone's init_cfg)")
     parser.add_argument(
         '--config', default=None,
         help="an mmpe config: refuse the conversion unless its keys and "

@@ -5,7 +5,9 @@
 # rtdetrv2/include/rtdetrv2_r50vd.yml (the file every RT-DETRv2 recipe
 # includes; the recipes in configs/rtdetr/ change what theirs change):
 #   - backbone: PResNet depth 50, variant d (deep stem 32-32-64, average-pool
-#     shortcut, stride on the 3x3), stages 2-4 out (strides 8, 16, 32),
+#     shortcut, stride on the 3x3; mmpe's PResNetVd: mmdet's ResNetV1d, plus
+#     the released stage-1 projection shortcut at R18 / R34), stages 2-4 out
+#     (strides 8, 16, 32),
 #     stem frozen (freeze_at 0), BatchNorm frozen (freeze_norm), ImageNet
 #     weights (the authors' ResNet50_vd_ssld_v2 file, converted by
 #     tools/model_converters/rtdetrv2_to_mmpe.py --backbone);
@@ -37,7 +39,7 @@ model = dict(
         # rtdetrv2_coco.py)
         batch_augments=[dict(type='RTDETRBatchResize')]),
     backbone=dict(
-        type='ResNetV1d',
+        type='PResNetVd',  # mmdet's ResNetV1d at R50 / R101
         depth=50,
         num_stages=4,
         out_indices=(1, 2, 3),

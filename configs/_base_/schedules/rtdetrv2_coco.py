@@ -1,7 +1,7 @@
-# The RT-DETRv2 training recipe and its data (lyuwenyu/RT-DETR, rtdetrv2_pytorch/configs/
-# rtdetrv2/include/optimizer.yml, dataloader.yml and configs/runtime.yml) as
-# its R50vd 6x file leaves it; the recipes in configs/rtdetr/ change what
-# their YAML changes:
+# The RT-DETRv2 training recipe and its data (lyuwenyu/RT-DETR,
+# rtdetrv2_pytorch/configs/rtdetrv2/include/optimizer.yml, dataloader.yml
+# and configs/runtime.yml) as its R50vd 6x file leaves it; the recipes in
+# configs/rtdetr/ change what their YAML changes:
 #   - AdamW, lr 1e-4, betas (0.9, 0.999), weight decay 1e-4; the backbone
 #     (but its norms) at lr 1e-5; weight decay 0 on the norms of the encoder
 #     and decoder (the YAML's regexes on the authors' names: every norm layer
