@@ -39,7 +39,9 @@ def _data(model, shapes, training):
 @pytest.mark.parametrize('head', [
     dict(),
     dict(cross_attn_method='discrete', query_select_method='agnostic',
-         eval_idx=0, num_levels=4, num_points=[3, 2, 2, 1]),
+         eval_idx=0, num_levels=4, num_points=[3, 2, 2, 1],
+         learn_query_content=True),
+    dict(num_denoising=0),
 ])
 def test_loss_predict_tensor_modes(head):
     model = _model(**head)
@@ -47,11 +49,13 @@ def test_loss_predict_tensor_modes(head):
     data = _data(model, [(3, 128, 160), (3, 96, 128)], True)
     losses = model(**data, mode='loss')
     layers = model.bbox_head.decoder.num_layers
+    dn = model.bbox_head.num_denoising > 0
     for kind in ('loss_vfl', 'loss_bbox', 'loss_giou'):
         assert kind in losses and f'enc_{kind}' in losses
-        assert f'dn_{kind}' in losses
+        assert (f'dn_{kind}' in losses) == dn
         for i in range(layers - 1):
-            assert f'd{i}.{kind}' in losses and f'd{i}.dn_{kind}' in losses
+            assert f'd{i}.{kind}' in losses
+            assert (f'd{i}.dn_{kind}' in losses) == dn
     assert all(torch.isfinite(v) for v in losses.values())
 
     model.eval()
