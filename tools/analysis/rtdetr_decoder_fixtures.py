@@ -3,7 +3,7 @@
 Usage::
 
     python tools/analysis/rtdetr_decoder_fixtures.py AUTHORS_CHECKOUT \\
-        [--out tests/data/rtdetr_authors]
+        [--out tests/data/rtdetr_authors/decoder]
 
 ``AUTHORS_CHECKOUT`` is a checkout of lyuwenyu/RT-DETR (the folder that
 holds ``rtdetrv2_pytorch``, or that folder itself). The script loads the
@@ -307,7 +307,7 @@ def record(mods, setting: dict) -> Dict[str, np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('checkout', help='a lyuwenyu/RT-DETR checkout')
-    parser.add_argument('--out', default='tests/data/rtdetr_authors')
+    parser.add_argument('--out', default='tests/data/rtdetr_authors/decoder')
     parser.add_argument('--only', nargs='*', choices=sorted(SETTINGS))
     args = parser.parse_args()
     mods = load_authors(args.checkout)

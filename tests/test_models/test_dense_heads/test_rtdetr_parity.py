@@ -1,5 +1,5 @@
 """mmpe's RT-DETR decoder side against the released RT-DETRv2's recorded
-outputs (``tests/data/rtdetr_authors``, made by
+outputs (``tests/data/rtdetr_authors/decoder``, made by
 ``tools/analysis/rtdetr_decoder_fixtures.py`` from lyuwenyu/RT-DETR).
 
 Each fixture names the released decoder's keys and shapes; the weights are
@@ -25,7 +25,7 @@ from rtdetr_decoder_fixtures import (BATCH, GT_COUNTS, HIDDEN, KEEP_CLASSES,
 from rtdetr_stand_ins import sample
 
 FIXTURES = osp.join(osp.dirname(__file__), '..', '..', 'data',
-                    'rtdetr_authors')
+                    'rtdetr_authors', 'decoder')
 #: both run in float64 (the fixture script says why) and are stored as
 #: float32: the stored values' rounding (6e-8 relative, logits up to ~30)
 LOGIT_ATOL = 1e-5
