@@ -50,6 +50,12 @@ DEFAULT_LOSS_WEIGHTS = dict(loss_vfl=1.0, loss_bbox=5.0, loss_giou=2.0)
 Matches = Tuple[Tensor, Tensor, Tensor]
 
 
+def _at_least_float32(x: Tensor) -> Tensor:
+    """Half / bfloat16 outputs (autocast) to float32 for the losses and
+    the matching (scipy takes no bfloat16); float32 / float64 as they are."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class RTDETRLossMixin:
     """The losses of :class:`~mmpe.models.dense_heads.RTDETRHead`."""
 
@@ -93,6 +99,7 @@ class RTDETRLossMixin:
         Returns:
             Matches: batch, query and gt indices of the pairs.
         """
+        logits, boxes = _at_least_float32(logits), _at_least_float32(boxes)
         meta = dict(img_shape=(1, 1))
         batch, query, gt = [], [], []
         for i, (lab, gtb) in enumerate(zip(labels, gt_boxes)):
@@ -120,6 +127,7 @@ class RTDETRLossMixin:
             matches (Matches): the pairs.
             num_boxes (float): the normaliser.
         """
+        logits, boxes = _at_least_float32(logits), _at_least_float32(boxes)
         b, q, g = matches
         offsets = [0]
         for lab in labels[:-1]:

@@ -2,7 +2,8 @@
 tensor modes) on a small R18-like model (ResNetV1d-18 of 8 base channels,
 the test's stand-in hybrid encoder, a 2-layer decoder of 32 channels):
 
-- every mode runs; losses are finite and named as mmdet's DINO names them;
+- every mode runs; losses are finite and named as mmdet's DINO names them
+  (also under bfloat16 autocast);
 - one backward reaches every trainable parameter;
 - predictions at a non-square size lie in the image;
 - in a padded batch of mixed sizes the neck gets each image's mask, and an
@@ -143,3 +144,15 @@ def test_bad_settings_are_refused():
                        out_channels=32, kernel_size=1, num_outs=3)
     with pytest.raises(ValueError, match='padding_mask'):
         MODELS.build(copy.deepcopy(cfg))
+
+
+def test_loss_under_bfloat16_autocast():
+    # the matching (scipy) and the losses take the outputs in float32
+    model = _model()
+    model.train()
+    data = _data(model, [(3, 96, 128), (3, 64, 96)], True)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        losses = model(**data, mode='loss')
+    assert all(v.dtype == torch.float32 and torch.isfinite(v)
+               for v in losses.values())
+    sum(losses.values()).backward()
