@@ -40,7 +40,8 @@ from torch import Tensor, nn
 
 from ...utils.arg_checks import check_int
 from ..layers import (DenoisingGroups, RTDETRDecoder, RTDETRDecoderLayer,
-                      contrastive_denoising_groups, rtdetr_anchors)
+                      contrastive_denoising_groups, is_tracing,
+                      rtdetr_anchors)
 from .rtdetr_loss import RTDETRLossMixin
 
 #: how the encoder's cells are ranked for the queries
@@ -246,6 +247,11 @@ class RTDETRHead(RTDETRLossMixin, BaseModule):
             selected cells' logits ``(B, Q, K_enc)`` and boxes ``(B, Q,
             4)`` (sigmoid) for the encoder's loss.
         """
+        if not is_tracing() and memory.shape[1] < self.num_queries:
+            raise ValueError(
+                f'the input gives {memory.shape[1]} cells on levels '
+                f'{list(spatial_shapes)}, fewer than `num_queries` '
+                f'{self.num_queries}: use a larger input or fewer queries')
         # float32 whatever the memory's type, as released (its sum with
         # the box deltas is float32 under autocast too)
         anchors, valid = rtdetr_anchors(

@@ -139,6 +139,9 @@ def test_an_image_gives_alone_what_it_gives_in_a_padded_batch():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match='query_select_method'):
         _model(query_select_method='one2many')
+    model = _model(num_queries=100).eval()
+    with pytest.raises(ValueError, match='fewer than `num_queries` 100'):
+        model.predict(torch.rand(1, 3, 64, 64), [sample((64, 64), (64, 64))])
     cfg = small_rtdetr_cfg()
     cfg['neck'] = dict(type='ChannelMapper', in_channels=[16, 32, 64],
                        out_channels=32, kernel_size=1, num_outs=3)
