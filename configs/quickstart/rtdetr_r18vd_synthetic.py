@@ -1,6 +1,7 @@
 # Quick-start RT-DETRv2 on the embedded synthetic data set: the COCO
 # recipe's parts (configs/rtdetr/rtdetrv2_r18vd_120e_coco.py and its base
-# files) shrunk to train from scratch on a CPU in minutes.
+# files) shrunk to train from scratch on a CPU (400 iterations of 8 images
+# of 128 x 128).
 #   python tools/dataset_converters/make_synthetic_coco.py
 #   python tools/train.py configs/quickstart/rtdetr_r18vd_synthetic.py
 #
@@ -100,8 +101,9 @@ model = dict(
         assigner=dict(
             type='HungarianAssigner',
             match_costs=[
+                # eps: the released matcher's (mmdet's default 1e-12)
                 dict(type='FocalLossCost', weight=2.0, alpha=0.25,
-                     gamma=2.0),
+                     gamma=2.0, eps=1e-8),
                 dict(type='BBoxL1Cost', weight=5.0, box_format='xywh'),
                 dict(type='IoUCost', iou_mode='giou', weight=2.0)
             ])),

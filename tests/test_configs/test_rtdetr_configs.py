@@ -150,6 +150,14 @@ def test_recipe_values(name):
     assert head.loss_weights == dict(loss_vfl=1.0, loss_bbox=5.0,
                                      loss_giou=2.0)
     assert model.test_cfg.max_per_img == 300
+    # the released HungarianMatcher (matcher.py: weight_dict, alpha, gamma,
+    # the 1e-8 inside its focal cost's logs)
+    assert model.train_cfg.assigner.match_costs == [
+        dict(type='FocalLossCost', weight=2.0, alpha=0.25, gamma=2.0,
+             eps=1e-8),
+        dict(type='BBoxL1Cost', weight=5.0, box_format='xywh'),
+        dict(type='IoUCost', iou_mode='giou', weight=2.0)
+    ]
     assert model.data_preprocessor.mean == [0, 0, 0]
     assert model.data_preprocessor.std == [255, 255, 255]
 

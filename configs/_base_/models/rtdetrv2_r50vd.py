@@ -19,7 +19,8 @@
 #     'default' query selection, 100 denoising queries (label noise 0.5,
 #     box noise 1.0), the last layer at inference (eval_idx -1);
 #   - criterion: VFL 1 (alpha 0.75, gamma 2), L1 5, GIoU 2; Hungarian
-#     matching with costs class 2 (focal, alpha 0.25, gamma 2), L1 5, GIoU 2;
+#     matching with costs class 2 (focal, alpha 0.25, gamma 2, eps 1e-8),
+#     L1 5, GIoU 2;
 #   - post-processing: the top 300 of the sigmoid scores.
 # Images enter as RGB in [0, 1] (the authors' ConvertPILImage scale=True):
 # mean 0, std 255.
@@ -87,8 +88,9 @@ model = dict(
         assigner=dict(
             type='HungarianAssigner',
             match_costs=[
+                # eps: the released matcher's (mmdet's default 1e-12)
                 dict(type='FocalLossCost', weight=2.0, alpha=0.25,
-                     gamma=2.0),
+                     gamma=2.0, eps=1e-8),
                 dict(type='BBoxL1Cost', weight=5.0, box_format='xywh'),
                 dict(type='IoUCost', iou_mode='giou', weight=2.0)
             ])),
