@@ -13,7 +13,12 @@
 #     tools/model_converters/rtdetrv2_to_mmpe.py --backbone);
 #   - HybridEncoder: 256 channels, AIFI (1 layer, 8 heads, FFN 1024, GELU,
 #     dropout 0) on the stride-32 level with the 2D sin-cos, CCFM with
-#     expansion 1.0, depth 1, SiLU;
+#     expansion 1.0, depth 1, SiLU. The sin-cos is made for each input's
+#     grid (the released code caches it for eval_spatial_size 640 x 640):
+#     the released table on the recipes' square inputs; on a non-square
+#     grid the released code's token order is a shuffle, and the neck's
+#     default sine_layout='grid' gives every token its own (y, x) instead
+#     ('released' reproduces the shuffle, for parity at such sizes);
 #   - RTDETRTransformerv2: 6 layers, 300 queries, 3 levels of 256 channels,
 #     4 sampling points per level, grid-sample cross-attention ('default'),
 #     'default' query selection, 100 denoising queries (label noise 0.5,

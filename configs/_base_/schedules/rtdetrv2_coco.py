@@ -29,9 +29,10 @@
 # it after; the first update weighs that copy by d_1 = 0.9999 * (1 -
 # exp(-1 / 2000)) < 5e-4 and every later update shrinks it further, so
 # from the first step on the average is the authors' to within 5e-4 of
-# that difference. The authors compute the losses outside autocast; here the
-# head's losses run inside it (AmpOptimWrapper's context covers the whole
-# loss call).
+# that difference. The authors compute the losses outside autocast;
+# AmpOptimWrapper's context covers the whole loss call, and the head casts
+# the decoder's outputs to float32 for the matching and the losses (their
+# ops, elementwise, autocast leaves in float32): the same losses.
 _base_ = [
     '../datasets/rtdetr_coco_detection.py', 'mmdet::_base_/default_runtime.py',
     '../runtime_mmpe.py'
