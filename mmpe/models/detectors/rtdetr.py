@@ -99,10 +99,14 @@ class RTDETR(DetectionTransformer):
                      batch_inputs: Tensor,
                      batch_data_samples: OptSampleList = None
                      ) -> Tuple[Tensor, ...]:
-        """Backbone, then the neck told the padding (none without
-        samples)."""
+        """Backbone, then the neck told the padding (None without
+        samples or when no image is padded: the released computation)."""
         mask = None
-        if batch_data_samples:
+        size = tuple(batch_inputs.shape[-2:])
+        # decided on the samples' metadata, never on tensor values
+        if batch_data_samples and any(
+                tuple(s.metainfo.get('img_shape', ())[:2]) != size
+                for s in batch_data_samples):
             mask = padding_mask_from_samples(batch_data_samples,
                                              batch_inputs)
         return tuple(self.neck(self.backbone(batch_inputs),

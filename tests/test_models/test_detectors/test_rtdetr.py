@@ -127,6 +127,7 @@ def test_an_image_gives_alone_what_it_gives_in_a_padded_batch():
     want = torch.ones(96, 160, dtype=torch.bool)
     want[:64, :96] = False
     assert not masks[0][0].any() and torch.equal(masks[0][1], want)
+    assert masks[2] is None  # no image padded: no mask
     got, ref = both[1].pred_instances, alone[0].pred_instances
     torch.testing.assert_close(got.scores, ref.scores, **F64_TOL)
     torch.testing.assert_close(got.bboxes, ref.bboxes, **F64_TOL)
