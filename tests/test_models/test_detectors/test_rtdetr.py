@@ -160,3 +160,16 @@ def test_loss_under_bfloat16_autocast():
     assert all(v.dtype == torch.float32 and torch.isfinite(v)
                for v in losses.values())
     sum(losses.values()).backward()
+
+
+@pytest.mark.parametrize('items', [[0, 0], [0, 2]])
+def test_images_without_boxes(items):
+    # no box in the batch: one dummy denoising query, zero box losses
+    model = _model()
+    model.train()
+    packed = demo_mm_inputs(2, [(3, 96, 128), (3, 64, 96)], num_items=items,
+                            num_classes=4)
+    losses = model(**model.data_preprocessor(packed, True), mode='loss')
+    assert all(torch.isfinite(v) for v in losses.values())
+    assert (losses['loss_bbox'] == 0) == (sum(items) == 0)
+    sum(losses.values()).backward()
