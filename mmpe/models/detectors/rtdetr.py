@@ -7,8 +7,8 @@ and Lv et al., "RT-DETRv2" (2024); released code
 decoder). Laid out as mmdet's ``DINO``: ``forward_transformer`` runs
 ``pre_transformer`` (the head's input projections, each image's valid
 ratios and valid cells), ``forward_encoder`` (nothing: the encoder is the
-neck), ``pre_decoder`` (query selection and, in training, the denoising
-groups) and ``forward_decoder``; the head's parts are RT-DETR's, not
+neck), ``pre_decoder`` (query selection among each image's cells and, in
+training, the denoising groups) and ``forward_decoder``; the head's parts are RT-DETR's, not
 DINO's (see ``RTDETRHead``).
 
 Padding: mmdet pads a batch bottom/right. The neck gets the pixel mask
@@ -183,7 +183,8 @@ class RTDETR(DetectionTransformer):
         ratios = self._valid_ratios(batch_data_samples, input_shape,
                                     memory.device)
         mask = None if ratios is None else valid_cells(ratios, shapes)
-        enc_in = dict(feat=memory, spatial_shapes=shapes, valid_ratios=ratios)
+        enc_in = dict(feat=memory, spatial_shapes=shapes, valid_ratios=ratios,
+                      memory_mask=mask)
         dec_in = dict(spatial_shapes=shapes, memory_mask=mask,
                       valid_ratios=ratios)
         return enc_in, dec_in
@@ -207,22 +208,24 @@ class RTDETR(DetectionTransformer):
                             device=device)
 
     def forward_encoder(self, feat: Tensor, spatial_shapes: List,
-                        valid_ratios: Optional[Tensor]) -> Dict:
+                        valid_ratios: Optional[Tensor],
+                        memory_mask: Optional[Tensor]) -> Dict:
         """Nothing to do: the hybrid encoder is the neck."""
         return dict(memory=feat, spatial_shapes=spatial_shapes,
-                    valid_ratios=valid_ratios)
+                    valid_ratios=valid_ratios, memory_mask=memory_mask)
 
     def pre_decoder(self,
                     memory: Tensor,
                     spatial_shapes: List,
                     valid_ratios: Optional[Tensor],
+                    memory_mask: Optional[Tensor] = None,
                     batch_data_samples: OptSampleList = None
                     ) -> Tuple[Dict, Dict]:
-        """Query selection and, in training, the denoising queries in
-        front of them."""
+        """Query selection (among each image's cells) and, in training,
+        the denoising queries in front of them."""
         head = self.bbox_head
         query, ref_unact, enc_logits, enc_boxes = head.select_queries(
-            memory, spatial_shapes, valid_ratios)
+            memory, spatial_shapes, valid_ratios, memory_mask)
         dn = head.denoising_groups(batch_data_samples) if (
             self.training and batch_data_samples) else None
         attn_mask = None

@@ -173,3 +173,32 @@ def test_images_without_boxes(items):
     assert all(torch.isfinite(v) for v in losses.values())
     assert (losses['loss_bbox'] == 0) == (sum(items) == 0)
     sum(losses.values()).backward()
+
+
+
+def test_queries_are_selected_among_each_images_cells():
+    """Padded cells (memory zeroed, anchors invalid) are ranked last; made
+    the best-scored ones here: the encoder's projection bias ``b`` and a
+    score along the centred ``b`` make a zeroed cell (``LN(b)``) the most
+    aligned. The released init has zero box deltas, so the selected boxes
+    are anchors (a padded cell's: +inf, sigmoid 1)."""
+    model = _model().eval()
+    head = model.bbox_head
+    with torch.no_grad():
+        bias = torch.randn(32)
+        head.enc_output.proj.bias.copy_(bias)
+        head.enc_output.proj.weight.mul_(0.1)
+        direction = (bias - bias.mean()) / (bias - bias.mean()).norm()
+        head.enc_score_head.weight.copy_(10 * direction.expand(4, -1))
+        head.enc_score_head.bias.zero_()
+    shape = (96, 160)
+    feats = tuple(torch.randn(2, 32, 96 // s, 160 // s) for s in (8, 16, 32))
+    samples = [sample(shape, shape), sample((64, 96), shape)]
+    with torch.no_grad():
+        out = model.forward_transformer(feats, samples, shape)
+        assert (out['enc_boxes'][1, :, :2] < 1).all()
+        # control: without the cells' mask the padded ones win
+        enc_in, _ = model.pre_transformer(feats, samples, shape)
+        boxes = head.select_queries(enc_in['feat'], enc_in['spatial_shapes'],
+                                    enc_in['valid_ratios'])[3]
+        assert (boxes[1, :, :2] == 1).any()
