@@ -16,13 +16,15 @@ from torch import Tensor
 from mmdet.models.detectors import DABDETR, DETR, ConditionalDETR
 from mmdet.models.layers import LearnedPositionalEncoding
 from mmdet.structures import OptSampleList
+from ..layers.blocks.pe_encoders import (PEDABDetrTransformerEncoder,
+                                         PEDetrTransformerEncoder,
+                                         encoder_without_pe_args)
 from ..layers.encodings.rope_coords import RoPECoords
 from ..layers.encodings.rope_mixed import RoPEMixed
 from ..layers.grid_bias.log_cpb import LogCPB
 from ..layers.irpe.irpe import iRPE
-from .encoder_pe import attention_pe_cfg, parse_encoder_pe, rope_coords_cfg
-from .pe_encoders import (PEDABDetrTransformerEncoder,
-                          PEDetrTransformerEncoder, encoder_without_pe_args)
+from ..utils.encoder_pe import (attention_pe_cfg, parse_encoder_pe,
+                                rope_coords_cfg)
 
 #: mmdet detector (subclasses first) -> its encoder with mmpe's attention.
 PE_ENCODERS = (
