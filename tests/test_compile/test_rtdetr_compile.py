@@ -8,7 +8,7 @@ import torch
 from mmdet.registry import MODELS
 
 from mmpe.models.detectors.rtdetr import valid_cells
-from rtdetr_stand_ins import small_rtdetr_cfg
+from rtdetr_small import small_rtdetr_cfg
 
 #: input sizes (h, w) of multiples of 32: maps of strides 8, 16, 32; the
 #: first one's sides share no value with each other or the batch (dynamo

@@ -1,6 +1,6 @@
 """RT-DETR as a detector, as mmdet tests its detectors (loss / predict /
-tensor modes) on a small R18-like model (ResNetV1d-18 of 8 base channels,
-the test's stand-in hybrid encoder, a 2-layer decoder of 32 channels):
+tensor modes) on a small R18-like model (PResNetVd-18 of 8 base channels,
+mmpe's hybrid encoder and a 2-layer decoder of 32 channels):
 
 - every mode runs; losses are finite and named as mmdet's DINO names them
   (also under bfloat16 autocast);
@@ -17,7 +17,7 @@ import torch
 from mmdet.registry import MODELS
 from mmdet.testing import demo_mm_inputs
 
-from rtdetr_stand_ins import random_boxes, sample, small_rtdetr_cfg
+from rtdetr_small import random_boxes, sample, small_rtdetr_cfg
 
 #: float64: the same pixels, weights and valid cells; only batch-size
 #: dependent summation orders differ (~1e-16 per operation)
