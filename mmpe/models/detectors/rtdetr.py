@@ -8,8 +8,8 @@ decoder). Laid out as mmdet's ``DINO``: ``forward_transformer`` runs
 ``pre_transformer`` (the head's input projections, each image's valid
 ratios and valid cells), ``forward_encoder`` (nothing: the encoder is the
 neck), ``pre_decoder`` (query selection among each image's cells and, in
-training, the denoising groups) and ``forward_decoder``; the head's parts are RT-DETR's, not
-DINO's (see ``RTDETRHead``).
+training, the denoising groups) and ``forward_decoder``; the head's parts
+are RT-DETR's, not DINO's (see ``RTDETRHead``).
 
 Padding: mmdet pads a batch bottom/right. The neck gets the pixel mask
 (``padding_mask``, True on padding, as ``padding_aware.py`` builds it);
