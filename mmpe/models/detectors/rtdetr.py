@@ -45,8 +45,11 @@ def valid_cells(valid_ratios: Tensor,
     """
     masks = []
     for h, w in spatial_shapes:
-        xs = torch.arange(w, device=valid_ratios.device) / w
-        ys = torch.arange(h, device=valid_ratios.device) / h
+        # a 1e-4 cell past each start: a cell starting exactly at the
+        # image's edge stays out whatever the ratio's rounding (starts and
+        # edges are whole pixels apart: >= 1 / W >> 1e-4 / w)
+        xs = (torch.arange(w, device=valid_ratios.device) + 1e-4) / w
+        ys = (torch.arange(h, device=valid_ratios.device) + 1e-4) / h
         col = xs[None] < valid_ratios[:, :1]  # (B, w)
         row = ys[None] < valid_ratios[:, 1:]  # (B, h)
         masks.append((row[:, :, None] & col[:, None, :]).flatten(1))

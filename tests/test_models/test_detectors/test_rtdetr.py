@@ -202,3 +202,16 @@ def test_queries_are_selected_among_each_images_cells():
         boxes = head.select_queries(enc_in['feat'], enc_in['spatial_shapes'],
                                     enc_in['valid_ratios'])[3]
         assert (boxes[1, :, :2] == 1).any()
+
+
+def test_valid_cells_are_those_starting_inside_the_image():
+    from mmpe.models.detectors.rtdetr import valid_cells
+
+    # 96 x 100 px images in a 160 x 160 batch: stride 8 -> 20 x 20 cells
+    H = W = 160
+    ratios = torch.tensor([[100 / W, 96 / H], [1.0, 1.0]])
+    got = valid_cells(ratios, [(20, 20)]).reshape(2, 20, 20)
+    for i in range(20):
+        for j in range(20):  # a slow loop over the cells' first pixels
+            assert got[0, i, j] == (i * 8 < 96 and j * 8 < 100)
+    assert got[1].all()
