@@ -8,7 +8,7 @@ import torch
 from mmdet.registry import MODELS
 
 from mmpe.models.detectors.rtdetr import valid_cells
-from rtdetr_stand_ins import small_rtdetr_cfg
+from rtdetr_small import small_rtdetr_cfg
 
 #: input sizes (h, w) of multiples of 32: maps of strides 8, 16, 32; the
 #: first one's sides share no value with each other or the batch (dynamo
@@ -29,11 +29,12 @@ class DecoderSide(torch.nn.Module):
     def forward(self, f0, f1, f2, ratios):
         model = self.model
         memory, shapes = model.bbox_head.flatten_levels((f0, f1, f2))
-        enc_out = model.forward_encoder(memory, shapes, ratios)
+        mask = valid_cells(ratios, shapes)
+        enc_out = model.forward_encoder(memory, shapes, ratios, mask)
         dec_in, _ = model.pre_decoder(**enc_out)
         out = model.forward_decoder(
-            **dec_in, spatial_shapes=shapes,
-            memory_mask=valid_cells(ratios, shapes), valid_ratios=ratios)
+            **dec_in, spatial_shapes=shapes, memory_mask=mask,
+            valid_ratios=ratios)
         return out['all_logits'], out['all_boxes']
 
 

@@ -231,7 +231,8 @@ class RTDETRHead(RTDETRLossMixin, BaseModule):
     def select_queries(self,
                        memory: Tensor,
                        spatial_shapes: Sequence[Tuple[int, int]],
-                       valid_ratios: Optional[Tensor] = None
+                       valid_ratios: Optional[Tensor] = None,
+                       memory_mask: Optional[Tensor] = None
                        ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """IoU-aware query selection (see the module doc).
 
@@ -240,6 +241,9 @@ class RTDETRHead(RTDETRLossMixin, BaseModule):
             spatial_shapes (sequence[tuple[int, int]]): per level.
             valid_ratios (Tensor, optional): ``(B, 2)`` each image's
                 ``(width, height)`` over the padded input's.
+            memory_mask (Tensor, optional): ``(B, L)`` bool, True on the
+                cells of each image (not padding): only they are selected
+                while there are enough. None: all cells.
 
         Returns:
             tuple[Tensor, Tensor, Tensor, Tensor]: query content ``(B, Q,
@@ -264,6 +268,9 @@ class RTDETRHead(RTDETRLossMixin, BaseModule):
         logits = self.enc_score_head(memory)
         coords = self.enc_bbox_head(memory) + anchors
         rank = logits.max(-1).values
+        if memory_mask is not None:
+            # padded cells hold no image: never a query before a real cell
+            rank = rank.masked_fill(~memory_mask, float('-inf'))
         _, index = torch.topk(rank, self.num_queries, dim=-1)
 
         def take(x: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ h)``, weight 5; ``-GIoU``, weight 2). The matching is mmdet's
 box_format='xywh')`` and ``IoUCost(iou_mode='giou')`` fed normalised boxes
 with an image shape of ``(1, 1)``: the same sums as the released matcher.
 
-Varifocal loss (Zhang et al., "VarifoNet", CVPR 2021, Eq. 2, as released):
+Varifocal loss (Zhang et al., "VarifocalNet", CVPR 2021, Eq. 2, as released):
 with ``t`` the one-hot target times the matched box's IoU (detached) and
 ``p = sigmoid(x)`` (detached),
 ``L = sum BCE(x, t) (alpha p^gamma (1 - onehot) + t) / num_boxes``. mmdet's

@@ -7,9 +7,9 @@ and Lv et al., "RT-DETRv2" (2024); released code
 decoder). Laid out as mmdet's ``DINO``: ``forward_transformer`` runs
 ``pre_transformer`` (the head's input projections, each image's valid
 ratios and valid cells), ``forward_encoder`` (nothing: the encoder is the
-neck), ``pre_decoder`` (query selection and, in training, the denoising
-groups) and ``forward_decoder``; the head's parts are RT-DETR's, not
-DINO's (see ``RTDETRHead``).
+neck), ``pre_decoder`` (query selection among each image's cells and, in
+training, the denoising groups) and ``forward_decoder``; the head's parts
+are RT-DETR's, not DINO's (see ``RTDETRHead``).
 
 Padding: mmdet pads a batch bottom/right. The neck gets the pixel mask
 (``padding_mask``, True on padding, as ``padding_aware.py`` builds it);
@@ -45,8 +45,11 @@ def valid_cells(valid_ratios: Tensor,
     """
     masks = []
     for h, w in spatial_shapes:
-        xs = torch.arange(w, device=valid_ratios.device) / w
-        ys = torch.arange(h, device=valid_ratios.device) / h
+        # a 1e-4 cell past each start: a cell starting exactly at the
+        # image's edge stays out whatever the ratio's rounding (starts and
+        # edges are whole pixels apart: >= 1 / W >> 1e-4 / w)
+        xs = (torch.arange(w, device=valid_ratios.device) + 1e-4) / w
+        ys = (torch.arange(h, device=valid_ratios.device) + 1e-4) / h
         col = xs[None] < valid_ratios[:, :1]  # (B, w)
         row = ys[None] < valid_ratios[:, 1:]  # (B, h)
         masks.append((row[:, :, None] & col[:, None, :]).flatten(1))
@@ -99,10 +102,14 @@ class RTDETR(DetectionTransformer):
                      batch_inputs: Tensor,
                      batch_data_samples: OptSampleList = None
                      ) -> Tuple[Tensor, ...]:
-        """Backbone, then the neck told the padding (none without
-        samples)."""
+        """Backbone, then the neck told the padding (None without
+        samples or when no image is padded: the released computation)."""
         mask = None
-        if batch_data_samples:
+        size = tuple(batch_inputs.shape[-2:])
+        # decided on the samples' metadata, never on tensor values
+        if batch_data_samples and any(
+                tuple(s.metainfo.get('img_shape', ())[:2]) != size
+                for s in batch_data_samples):
             mask = padding_mask_from_samples(batch_data_samples,
                                              batch_inputs)
         return tuple(self.neck(self.backbone(batch_inputs),
@@ -179,7 +186,8 @@ class RTDETR(DetectionTransformer):
         ratios = self._valid_ratios(batch_data_samples, input_shape,
                                     memory.device)
         mask = None if ratios is None else valid_cells(ratios, shapes)
-        enc_in = dict(feat=memory, spatial_shapes=shapes, valid_ratios=ratios)
+        enc_in = dict(feat=memory, spatial_shapes=shapes, valid_ratios=ratios,
+                      memory_mask=mask)
         dec_in = dict(spatial_shapes=shapes, memory_mask=mask,
                       valid_ratios=ratios)
         return enc_in, dec_in
@@ -203,22 +211,24 @@ class RTDETR(DetectionTransformer):
                             device=device)
 
     def forward_encoder(self, feat: Tensor, spatial_shapes: List,
-                        valid_ratios: Optional[Tensor]) -> Dict:
+                        valid_ratios: Optional[Tensor],
+                        memory_mask: Optional[Tensor]) -> Dict:
         """Nothing to do: the hybrid encoder is the neck."""
         return dict(memory=feat, spatial_shapes=spatial_shapes,
-                    valid_ratios=valid_ratios)
+                    valid_ratios=valid_ratios, memory_mask=memory_mask)
 
     def pre_decoder(self,
                     memory: Tensor,
                     spatial_shapes: List,
                     valid_ratios: Optional[Tensor],
+                    memory_mask: Optional[Tensor] = None,
                     batch_data_samples: OptSampleList = None
                     ) -> Tuple[Dict, Dict]:
-        """Query selection and, in training, the denoising queries in
-        front of them."""
+        """Query selection (among each image's cells) and, in training,
+        the denoising queries in front of them."""
         head = self.bbox_head
         query, ref_unact, enc_logits, enc_boxes = head.select_queries(
-            memory, spatial_shapes, valid_ratios)
+            memory, spatial_shapes, valid_ratios, memory_mask)
         dn = head.denoising_groups(batch_data_samples) if (
             self.training and batch_data_samples) else None
         attn_mask = None

@@ -22,7 +22,7 @@ from mmpe.models.utils import convert_rtdetr_decoder
 from rtdetr_decoder_fixtures import (BATCH, GT_COUNTS, HIDDEN, KEEP_CLASSES,
                                      NUM_CLASSES, SEED, SETTINGS,
                                      rule_features, rule_tensor)
-from rtdetr_stand_ins import sample
+from rtdetr_small import sample
 
 FIXTURES = osp.join(osp.dirname(__file__), '..', '..', 'data',
                     'rtdetr_authors', 'decoder')
@@ -51,10 +51,10 @@ def _model(setting, data, weights=None):
         query_select_method=setting['select'])
     model = MODELS.build(dict(
         type='RTDETR',
-        backbone=dict(type='ResNetV1d', depth=18, base_channels=8,
+        backbone=dict(type='PResNetVd', depth=18, base_channels=8,
                       out_indices=(1, 2, 3)),
-        neck=dict(type='StandInRTDETRNeck', in_channels=[16, 32, 64],
-                  hidden_dim=HIDDEN),
+        neck=dict(type='RTDETRHybridEncoder', in_channels=[16, 32, 64],
+                  hidden_dim=HIDDEN, dim_feedforward=64, expansion=0.25),
         bbox_head=head, test_cfg=dict(max_per_img=300)))
     if weights is None:
         weights = _authors_weights(data)

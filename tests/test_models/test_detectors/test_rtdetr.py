@@ -1,6 +1,6 @@
 """RT-DETR as a detector, as mmdet tests its detectors (loss / predict /
-tensor modes) on a small R18-like model (ResNetV1d-18 of 8 base channels,
-the test's stand-in hybrid encoder, a 2-layer decoder of 32 channels):
+tensor modes) on a small R18-like model (PResNetVd-18 of 8 base channels,
+mmpe's hybrid encoder and a 2-layer decoder of 32 channels):
 
 - every mode runs; losses are finite and named as mmdet's DINO names them
   (also under bfloat16 autocast);
@@ -17,7 +17,7 @@ import torch
 from mmdet.registry import MODELS
 from mmdet.testing import demo_mm_inputs
 
-from rtdetr_stand_ins import random_boxes, sample, small_rtdetr_cfg
+from rtdetr_small import random_boxes, sample, small_rtdetr_cfg
 
 #: float64: the same pixels, weights and valid cells; only batch-size
 #: dependent summation orders differ (~1e-16 per operation)
@@ -127,6 +127,7 @@ def test_an_image_gives_alone_what_it_gives_in_a_padded_batch():
     want = torch.ones(96, 160, dtype=torch.bool)
     want[:64, :96] = False
     assert not masks[0][0].any() and torch.equal(masks[0][1], want)
+    assert masks[2] is None  # no image padded: no mask
     got, ref = both[1].pred_instances, alone[0].pred_instances
     torch.testing.assert_close(got.scores, ref.scores, **F64_TOL)
     torch.testing.assert_close(got.bboxes, ref.bboxes, **F64_TOL)
@@ -159,3 +160,58 @@ def test_loss_under_bfloat16_autocast():
     assert all(v.dtype == torch.float32 and torch.isfinite(v)
                for v in losses.values())
     sum(losses.values()).backward()
+
+
+@pytest.mark.parametrize('items', [[0, 0], [0, 2]])
+def test_images_without_boxes(items):
+    # no box in the batch: one dummy denoising query, zero box losses
+    model = _model()
+    model.train()
+    packed = demo_mm_inputs(2, [(3, 96, 128), (3, 64, 96)], num_items=items,
+                            num_classes=4)
+    losses = model(**model.data_preprocessor(packed, True), mode='loss')
+    assert all(torch.isfinite(v) for v in losses.values())
+    assert (losses['loss_bbox'] == 0) == (sum(items) == 0)
+    sum(losses.values()).backward()
+
+
+
+def test_queries_are_selected_among_each_images_cells():
+    """Padded cells (memory zeroed, anchors invalid) are ranked last; made
+    the best-scored ones here: the encoder's projection bias ``b`` and a
+    score along the centred ``b`` make a zeroed cell (``LN(b)``) the most
+    aligned. The released init has zero box deltas, so the selected boxes
+    are anchors (a padded cell's: +inf, sigmoid 1)."""
+    model = _model().eval()
+    head = model.bbox_head
+    with torch.no_grad():
+        bias = torch.randn(32)
+        head.enc_output.proj.bias.copy_(bias)
+        head.enc_output.proj.weight.mul_(0.1)
+        direction = (bias - bias.mean()) / (bias - bias.mean()).norm()
+        head.enc_score_head.weight.copy_(10 * direction.expand(4, -1))
+        head.enc_score_head.bias.zero_()
+    shape = (96, 160)
+    feats = tuple(torch.randn(2, 32, 96 // s, 160 // s) for s in (8, 16, 32))
+    samples = [sample(shape, shape), sample((64, 96), shape)]
+    with torch.no_grad():
+        out = model.forward_transformer(feats, samples, shape)
+        assert (out['enc_boxes'][1, :, :2] < 1).all()
+        # control: without the cells' mask the padded ones win
+        enc_in, _ = model.pre_transformer(feats, samples, shape)
+        boxes = head.select_queries(enc_in['feat'], enc_in['spatial_shapes'],
+                                    enc_in['valid_ratios'])[3]
+        assert (boxes[1, :, :2] == 1).any()
+
+
+def test_valid_cells_are_those_starting_inside_the_image():
+    from mmpe.models.detectors.rtdetr import valid_cells
+
+    # 96 x 100 px images in a 160 x 160 batch: stride 8 -> 20 x 20 cells
+    H = W = 160
+    ratios = torch.tensor([[100 / W, 96 / H], [1.0, 1.0]])
+    got = valid_cells(ratios, [(20, 20)]).reshape(2, 20, 20)
+    for i in range(20):
+        for j in range(20):  # a slow loop over the cells' first pixels
+            assert got[0, i, j] == (i * 8 < 96 and j * 8 < 100)
+    assert got[1].all()

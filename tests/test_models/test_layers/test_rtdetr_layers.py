@@ -50,7 +50,8 @@ def _slow_sample(value, shapes, locations, weights, num_points, method):
                 for k in range(point, point + p):
                     for q in range(Q):
                         x, y = locations[b, q, h_, k].tolist()
-                        out[b, q, h_] += weights[b, q, h_, k] * read(vmap, x, y)
+                        out[b, q, h_] += (weights[b, q, h_, k] *
+                                          read(vmap, x, y))
                 start += hl * wl
                 point += p
     return out.reshape(B, Q, H * C)
