@@ -318,6 +318,16 @@ def test_errors_name_the_value_and_the_choices(kwargs, match):
         _small_neck(kwargs.pop('encoder_pe', None), **kwargs)
 
 
+def test_no_encoder_layer():
+    # num_encoder_layers=0: the fusion alone (no AIFI parameters)
+    neck = _small_neck(None, num_encoder_layers=0)
+    assert not any(n.startswith('encoder.') for n, _ in
+                   neck.named_parameters())
+    outs = neck([torch.randn(1, c, s, s) for c, s in ((8, 8), (16, 4),
+                                                      (32, 2))])
+    assert [o.shape[-1] for o in outs] == [8, 4, 2]
+
+
 def test_wrong_number_of_levels():
     neck = _small_neck(None)
     with pytest.raises(ValueError, match='2 input levels'):
