@@ -35,10 +35,14 @@ DEMO_SEG_WORK_DIR ?= work_dirs/demo-seg
 # (file order by default: pytest.ini) and '-p randomly --randomly-seed=N' to
 # replay one (docs/testing.md)
 PYTEST_ARGS ?=
-# one intra-op thread per test process (and the tools the tests start): the
-# suite takes as long as with two on 2 cores, and on a machine busy with other
-# work OpenMP threads spinning against each other slow it many times over
+# one intra-op thread per test process (and the tools the tests start): on a
+# machine busy with other work OpenMP threads spinning against each other slow
+# the suite many times over
 TEST_THREADS ?= 1
+# test processes (pytest-xdist): one per core, each with TEST_THREADS threads;
+# files go whole to one process (--dist loadfile: a module's fixtures are built
+# once). TEST_WORKERS=0 runs the suite in one process
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 DOCS_BUILD_DIR ?= docs/_build/html
 SPHINX_ARGS ?=
 # the set-up the site is built on: the runtime stack; .ci/run, after make
@@ -84,7 +88,8 @@ demo-seg: setup
 		--work-dir $(DEMO_SEG_WORK_DIR)/test
 
 test: setup-tests
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest tests $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest tests \
+		$(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # every test file in a pytest process of its own (order independence;
 # docs/testing.md); one line per file, exit status 1 if any failed

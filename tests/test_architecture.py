@@ -42,10 +42,11 @@ FLOORS: List[Tuple[str, ...]] = [
      'mmpe.models.layers.grid_bias'),
     ('mmpe.models.layers.decomposed', ),
     ('mmpe.models.layers.attention', ),
-    ('mmpe.models.layers.blocks', ),
+    ('mmpe.models.layers.blocks', 'mmpe.models.layers.rtdetr'),
     ('mmpe.models.layers', ),  # the public names
     ('mmpe.models.utils', ),
-    ('mmpe.models.backbones', 'mmpe.models.necks'),
+    ('mmpe.models.backbones', 'mmpe.models.necks',
+     'mmpe.models.dense_heads'),
     ('mmpe.models.detectors', ),
     ('mmpe.models', ),
     ('mmpe.datasets', ),

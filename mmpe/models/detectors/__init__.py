@@ -10,6 +10,7 @@ from .pe_encoders import (PEDABDetrTransformerEncoder,
 from .padding_aware import (PaddingAwareDETR, PaddingAwareDINO,
                             PaddingAwareMaskRCNN, PaddingAwareMixin,
                             PaddingAwareRetinaNet)
+from .rtdetr import RTDETR
 
 # the names before the rename (these classes also carry RoPE, or nothing);
 # the registry knows the detectors under both names
@@ -23,7 +24,7 @@ iRPEDABDetrTransformerEncoder = PEDABDetrTransformerEncoder
 __all__ = [
     'PaddingAwareDETR', 'PaddingAwareDINO', 'PaddingAwareMaskRCNN',
     'PaddingAwareMixin',
-    'PaddingAwareRetinaNet',
+    'PaddingAwareRetinaNet', 'RTDETR',
     'PEDETR', 'PEDetrTransformerEncoder', 'PEDetrTransformerEncoderLayer',
     'PEConditionalDETR', 'PEDABDETR', 'PEEncoderMixin',
     'PEDABDetrTransformerEncoder', 'BoxRPBConditionalDecoder',

@@ -11,7 +11,8 @@ the per-axis box-to-pixel bias of decoder cross-attention),
 ALiBi, LookHere); 6
 ``decomposed`` (ViTDet's decomposed relative position); 7 ``attention``
 (the attention core and its backends); 8 ``blocks`` (the mmcv and timm
-layouts around the core).
+layouts around the core), ``rtdetr`` (RT-DETR's decoder side: deformable
+cross-attention v2, decoder, denoising groups, anchors).
 """
 from .attention.core import PEAttention
 from .attention.cross import BiasedConditionalAttention, CrossPEAttention
@@ -38,6 +39,10 @@ from .irpe.index import (clip_index, get_num_buckets, num_buckets_per_table,
                          piecewise_index, ratio_to_abg, relative_index_1d)
 from .irpe.irpe import iRPE
 from .irpe.terms import IRPETerm
+from .rtdetr import (DenoisingGroups, MSDeformableAttentionV2,
+                     RTDETRDecoder, RTDETRDecoderLayer,
+                     contrastive_denoising_groups, deformable_sample,
+                     rtdetr_anchors)
 from .terms.registry import register_term
 from .terms.relative_term import AxisValues, RelativeTerm
 from .windows.window import (merge_windows, partition_grid, unpartition_grid,
@@ -61,5 +66,8 @@ __all__ = [
     'merge_windows', 'partition_grid', 'unpartition_grid', 'window_grid',
     'window_key_mask', 'window_table', 'window_tokens', 'AxisBiasTerm',
     'BoxRPB', 'BiasedConditionalAttention', 'CrossPEAttention', 'LogCPB',
-    'ALiBi2D', 'LookHere', 'OffsetBias', 'OffsetBiasTerm'
+    'ALiBi2D', 'LookHere', 'OffsetBias', 'OffsetBiasTerm',
+    'DenoisingGroups', 'MSDeformableAttentionV2', 'RTDETRDecoder',
+    'RTDETRDecoderLayer', 'contrastive_denoising_groups',
+    'deformable_sample', 'rtdetr_anchors'
 ]
