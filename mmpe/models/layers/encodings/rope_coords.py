@@ -210,8 +210,10 @@ class RoPECoords(nn.Module):
 
     One instance per model (a DETR encoder, a backbone): its ``forward`` is
     called once per batch and the result goes to every rotary layer, so
-    all layers see the same (augmented) coordinates, as DINOv3 computes its
-    RoPE once per forward for all blocks. Holds no parameters or buffers.
+    all layers see the same (augmented) coordinates. A backbone augmenting
+    as DINOv3 calls it once per block instead (DINOv3's ViT calls its
+    ``rope_embed`` in every block: ``dinov3/models/vision_transformer.py``),
+    so each block gets its own draw. Holds no parameters or buffers.
 
     Args:
         coords (str): ``'index'`` (integer token positions; the default,
