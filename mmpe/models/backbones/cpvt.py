@@ -32,7 +32,8 @@ from ...utils.arg_checks import check_int
 from ..layers.blocks.vit_block import ViTBlock
 from ..layers.encodings.peg import PEG
 from ..utils.vit_pos_encodings import POS_ENCODINGS, parse_pos_encoding
-from .vit_args import (block_bias_cfg, block_rel_pos_cfg, check_rates,
+from .vit_args import (block_bias_cfg, block_rel_pos_cfg, check_arch,
+                       check_rates,
                        parse_arch, parse_bias_cfg, parse_block_cfg,
                        parse_detectron2_options, parse_img_size,
                        parse_out_indices, parse_peg_positions,
@@ -172,7 +173,10 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
             a mask the padded grid is the image), ``normalize``
             (``'separate'``, ``'max'`` or ``'min'``) and the training-only
             augmentations ``shift``, ``jitter``, ``rescale`` (drawn anew for
-            every block, as DINOv3). Defaults to None (integer indices).
+            every block, as DINOv3); ``scale`` (positions times a factor,
+            one or per axis: EVA-02's RoPE interpolated from its
+            pretraining grid) and ``window_scale`` (the window blocks'
+            factor). Defaults to None (integer indices).
         rpe_cfg (dict, optional): For ``'irpe'``: arguments of
             ``mmpe.models.layers.iRPE`` other than ``head_dim``,
             ``num_heads``, ``on`` and ``skip`` (set from
@@ -271,18 +275,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         depth = self.arch_settings['depth']
         num_heads = self.arch_settings['num_heads']
         mlp_ratio = self.arch_settings['mlp_ratio']
-        for name, value in (('embed_dims', embed_dims), ('depth', depth),
-                            ('num_heads', num_heads),
-                            ('patch_size', patch_size),
-                            ('in_channels', in_channels)):
-            check_int(name, value)
-        if embed_dims % num_heads != 0:
-            raise ValueError(
-                f'`num_heads` ({num_heads}) must divide `embed_dims` '
-                f'({embed_dims}); choose num_heads among the divisors of '
-                f'{embed_dims}')
-        if not mlp_ratio > 0:
-            raise ValueError(f'`mlp_ratio` must be > 0, got {mlp_ratio}')
+        check_arch(self.arch_settings, patch_size, in_channels)
         encodings = parse_pos_encoding(pos_encoding)
         img_size = parse_img_size(img_size)
         if not -1 <= frozen_stages <= depth:
@@ -406,7 +399,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
     ) -> Tuple[List[Tensor], Tuple[int, int], Optional[Tensor]]:
         """:meth:`forward_tokens` and the ``(B, h, w)`` token padding mask
         (None: nothing padded)."""
-        x, hw_shape, token_mask, key_mask, rope_pos, rope = self._embed(
+        x, hw_shape, token_mask, key_mask, ropes = self._embed(
             x, padding_mask)
 
         pegs = dict(zip(self.peg_positions, self.pegs))
@@ -415,7 +408,9 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         tokens = []
         for i, block in enumerate(self.blocks):
             if i and redraw:
-                rope_pos, rope = self._rope_inputs(hw_shape, token_mask, x)
+                ropes = self._rope_inputs(hw_shape, token_mask, x)
+            # the positions and tables of a global / window block
+            rope_pos, rope = ropes[bool(getattr(block, 'window_size', 0))]
             if self.ropes:
                 rope = self.ropes[i](hw_shape, x.device, x.dtype,
                                      pos=rope_pos)

@@ -106,6 +106,10 @@ def parse_bias_cfg(bias_cfg: Optional[dict], encodings: Tuple[str, ...],
     return check_bias_cfg(cfg)
 
 
+#: ``rope_cfg`` keys of the backbone beside those of :data:`ROPE_ARGS`
+BACKBONE_ROPE_ARGS = ('scale', 'window_scale')
+
+
 def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
                    encodings: Tuple[str, ...]) -> Tuple[dict, Optional[dict]]:
     """The rotary module's arguments and the token-coordinate arguments.
@@ -113,7 +117,10 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     ``rope_cfg`` takes the keys of ``encoder_pe.relative`` of the rotary
     type in ``encodings`` (:data:`~mmpe.models.layers.encodings.rope_coords.ROPE_ARGS`:
     ``theta``, ``rotate`` for RoPE-Mixed, and the coordinates ``coords``,
-    ``normalize``, ``shift``, ``jitter``, ``rescale``); ``rope_theta`` is
+    ``normalize``, ``shift``, ``jitter``, ``rescale``) and the backbone's
+    :data:`BACKBONE_ROPE_ARGS` (``scale``: positions times a factor, one or
+    per axis; ``window_scale``: the factor of the window blocks, EVA-02's
+    window RoPE; None: ``scale``); ``rope_theta`` is
     the older spelling of ``rope_cfg.theta`` (both may be given only with
     the same value). The coordinate values are checked where they are used
     (:class:`~mmpe.models.layers.encodings.rope_coords.RoPECoords`).
@@ -121,8 +128,9 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     Returns:
         tuple[dict, dict | None]: The keyword arguments of ``RoPE2D`` /
         ``RoPEMixed`` besides the head sizes (``theta`` only when given),
-        and the coordinate arguments (defaults filled in); ``({}, None)``
-        without a rotary encoding.
+        and the coordinate arguments (defaults filled in, with ``scale`` and
+        ``window_scale`` where given); ``({}, None)`` without a rotary
+        encoding.
     """
     kinds = [name for name in encodings if name in ROPE_ARGS]
     if not kinds:
@@ -136,7 +144,7 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
         raise ValueError(f'Unsupported `rope_cfg` {rope_cfg!r}, please give '
                          f'None or a dict with keys from '
                          f'{ROPE_ARGS[kinds[0]]}')
-    allowed = ROPE_ARGS[kinds[0]]
+    allowed = ROPE_ARGS[kinds[0]] + BACKBONE_ROPE_ARGS
     unknown = sorted(set(cfg) - set(allowed))
     if unknown:
         raise ValueError(
@@ -152,6 +160,9 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     if theta is not None:
         module_cfg['theta'] = theta
     coords = {k: cfg.get(k, v) for k, v in COORD_DEFAULTS.items()}
+    coords['scale'] = cfg.get('scale', 1.)
+    if cfg.get('window_scale') is not None:
+        coords['window_scale'] = cfg['window_scale']
     return module_cfg, coords
 
 
@@ -170,6 +181,25 @@ def parse_img_size(img_size: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
         raise ValueError(f'`img_size` must be a positive int or a pair of '
                          f'them, got {img_size!r}')
     return tuple(img_size)
+
+
+def check_arch(arch: dict, patch_size: int, in_channels: int) -> None:
+    """Raise unless the sizes are positive ints, ``num_heads`` divides
+    ``embed_dims`` and ``mlp_ratio > 0``."""
+    for name, value in (('embed_dims', arch['embed_dims']),
+                        ('depth', arch['depth']),
+                        ('num_heads', arch['num_heads']),
+                        ('patch_size', patch_size),
+                        ('in_channels', in_channels)):
+        check_int(name, value)
+    embed_dims, num_heads = arch['embed_dims'], arch['num_heads']
+    if embed_dims % num_heads != 0:
+        raise ValueError(
+            f'`num_heads` ({num_heads}) must divide `embed_dims` '
+            f'({embed_dims}); choose num_heads among the divisors of '
+            f'{embed_dims}')
+    if not arch['mlp_ratio'] > 0:
+        raise ValueError(f'`mlp_ratio` must be > 0, got {arch["mlp_ratio"]}')
 
 
 def parse_arch(arch: Union[str, dict], arch_zoo: dict,

@@ -85,8 +85,17 @@ class ViTInputMixin:
         # (while augmenting: once per block, CPVT._tokens)
         # (None: integer indices, the rotary modules' own tables)
         self.rope_coords = None
+        # the window blocks' own positions (EVA-02's window RoPE; None:
+        # the global blocks')
+        self.rope_coords_window = None
         if coord_cfg is not None:
+            coord_cfg = dict(coord_cfg)
+            window_scale = coord_cfg.pop('window_scale', None)
             self.rope_coords = RoPECoords(**coord_cfg, prefix='rope_cfg.')
+            if window_scale is not None:
+                self.rope_coords_window = RoPECoords(
+                    **dict(coord_cfg, scale=window_scale),
+                    prefix='rope_cfg.window_')
         self.drop_after_pos = nn.Dropout(drop_rate)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -120,9 +129,8 @@ class ViTInputMixin:
             tuple: The tokens ``(B, num_skip + h * w, C)`` (class token
             first; padded tokens zero), the grid ``(h, w)``, the ``(B, h, w)``
             token padding mask and the ``(B, num_skip + h * w)`` key mask
-            (both None: nothing padded), the RoPE positions ``(B | 1, h * w,
-            2)`` (None: integer indices) and the ``'rope2d'`` tables
-            ``(cos, sin)`` of all blocks (None without ``'rope2d'``).
+            (both None: nothing padded), and the RoPE inputs of the global
+            and the window blocks (:meth:`_rope_inputs`).
         """
         b, _, H, W = x.shape
         p = self.patch_size
@@ -165,25 +173,30 @@ class ViTInputMixin:
         if token_mask is not None:
             x = x.masked_fill(key_mask[..., None], 0.)
         x = self.drop_after_pos(x)
-        rope_pos, rope = self._rope_inputs(hw_shape, token_mask, x)
-        return x, hw_shape, token_mask, key_mask, rope_pos, rope
+        ropes = self._rope_inputs(hw_shape, token_mask, x)
+        return x, hw_shape, token_mask, key_mask, ropes
 
-    def _rope_inputs(
-        self, hw_shape: Tuple[int, int], token_mask: Optional[Tensor],
-        x: Tensor
-    ) -> Tuple[Optional[Tensor], Optional[Tuple[Tensor, Tensor]]]:
-        """The RoPE positions ``(B | 1, h * w, 2)`` of each image's valid
-        extent (one augmentation draw; None: integer indices) and the
-        ``'rope2d'`` tables ``(cos, sin)`` at them (None without
-        ``'rope2d'``), in ``x``'s device and dtype."""
-        rope_pos = None
-        if self.rope_coords is not None:
-            rope_pos = self.rope_coords(
-                hw_shape,
-                None if token_mask is None else token_mask.flatten(1),
-                x.device, torch.float64
-                if x.dtype == torch.float64 else torch.float32)
-        rope = None
-        if self.rope is not None:
-            rope = self.rope(hw_shape, x.device, x.dtype, pos=rope_pos)
-        return rope_pos, rope
+    def _rope_inputs(self, hw_shape: Tuple[int, int],
+                     token_mask: Optional[Tensor], x: Tensor) -> tuple:
+        """``(global, window)``: for the global and the window blocks, the
+        RoPE positions ``(B | 1, h * w, 2)`` of each image's valid extent
+        (one augmentation draw; None: integer indices) and the ``'rope2d'``
+        tables ``(cos, sin)`` at them (None without ``'rope2d'``), in
+        ``x``'s device and dtype; the same pair twice without
+        ``rope_cfg.window_scale``."""
+        out = []
+        for coords in (self.rope_coords, self.rope_coords_window):
+            if coords is None and out:
+                return out[0], out[0]
+            rope_pos = None
+            if coords is not None:
+                rope_pos = coords(
+                    hw_shape,
+                    None if token_mask is None else token_mask.flatten(1),
+                    x.device, torch.float64
+                    if x.dtype == torch.float64 else torch.float32)
+            rope = None
+            if self.rope is not None:
+                rope = self.rope(hw_shape, x.device, x.dtype, pos=rope_pos)
+            out.append((rope_pos, rope))
+        return tuple(out)

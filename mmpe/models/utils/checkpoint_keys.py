@@ -34,3 +34,10 @@ def check_keys(source: str, keys: Iterable[str], want: Iterable[str],
     if missing or unexpected:
         raise CheckpointMismatch(mismatch_message(source, missing,
                                                   unexpected))
+
+
+def mlp_ratio_of(hidden: int, dims: int) -> float:
+    """The ``mlp_ratio`` whose ``int(dims * mlp_ratio)`` (the block's hidden
+    width) is ``hidden``."""
+    ratio = hidden / dims
+    return ratio if int(dims * ratio) == hidden else (hidden + 0.5) / dims

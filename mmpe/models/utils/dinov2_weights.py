@@ -30,7 +30,7 @@ from typing import Dict, Optional, Tuple
 
 from torch import Tensor
 
-from .checkpoint_keys import CheckpointMismatch, check_keys
+from .checkpoint_keys import CheckpointMismatch, check_keys, mlp_ratio_of
 
 #: The hub's backbones by width: (depth, heads); ViT-g (1536) has SwiGLU
 DINOV2_ARCHS = {384: (12, 6), 768: (12, 12), 1024: (24, 16)}
@@ -85,8 +85,8 @@ def infer_dinov2_config(state_dict: Dict[str, Tensor],
     return dict(
         type='CPVT',
         arch=dict(embed_dims=dims, depth=depth,
-                  num_heads=num_heads, mlp_ratio=
-                  sd['blocks.0.mlp.fc1.weight'].shape[0] / dims),
+                  num_heads=num_heads, mlp_ratio=mlp_ratio_of(
+                      sd['blocks.0.mlp.fc1.weight'].shape[0], dims)),
         img_size=side * patch,
         patch_size=patch,
         pos_encoding='learnable',

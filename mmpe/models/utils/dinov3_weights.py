@@ -39,7 +39,7 @@ from typing import Dict, Tuple
 import torch
 from torch import Tensor
 
-from .checkpoint_keys import CheckpointMismatch, check_keys
+from .checkpoint_keys import CheckpointMismatch, check_keys, mlp_ratio_of
 
 #: Per-block parameters of the authors' SelfAttentionBlock (MLP FFN,
 #: LayerScale, ``mask_k_bias``)
@@ -113,8 +113,8 @@ def infer_dinov3_config(state_dict: Dict[str, Tensor]) -> dict:
     return dict(
         type='CPVT',
         arch=dict(embed_dims=dims, depth=depth, num_heads=dims // head_dim,
-                  mlp_ratio=state_dict['blocks.0.mlp.fc1.weight'].shape[0] /
-                  dims),
+                  mlp_ratio=mlp_ratio_of(
+                      state_dict['blocks.0.mlp.fc1.weight'].shape[0], dims)),
         img_size=224,
         patch_size=patch,
         pos_encoding='rope2d',

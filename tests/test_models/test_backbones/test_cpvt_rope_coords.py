@@ -341,9 +341,12 @@ def test_index_coords_are_the_backbone_of_before(name, rope_cfg):
     (dict(rope_cfg=dict(shift=-0.1)), r'`rope_cfg.shift` -0.1.*>= 0'),
     (dict(rope_cfg=dict(jitter=0.5)), r'`rope_cfg.jitter` 0.5.*>= 1'),
     (dict(rope_cfg=dict(rescale=0.9)), r'`rope_cfg.rescale` 0.9.*>= 1'),
-    (dict(rope_cfg=dict(coords='normalized', scale=2.)),
-     r"`rope_cfg` keys \['scale'\].*'rope-mixed'.*\('theta', 'rotate', "
+    (dict(rope_cfg=dict(coords='normalized', stretch=2.)),
+     r"`rope_cfg` keys \['stretch'\].*'rope-mixed'.*\('theta', 'rotate', "
      r"'coords'"),
+    (dict(rope_cfg=dict(scale=0.)), r'`rope_cfg.scale` \(0.0, 0.0\).*> 0'),
+    (dict(rope_cfg=dict(window_scale=(1., -1.))),
+     r'`rope_cfg.window_scale` \(1.0, -1.0\).*> 0'),
     (dict(rope_cfg='normalized'), r"`rope_cfg` 'normalized'.*dict"),
     (dict(rope_theta=10., rope_cfg=dict(theta=100.)),
      r'`rope_theta` \(10.0\) and `rope_cfg.theta` \(100.0\) conflict'),
