@@ -1,7 +1,10 @@
-"""What the foundation-ViT converter tests share: the fixture script's
-weight rule and inputs (``tools/model_converters/record_authors_vits.py``),
-the recorded tokens (tests/data/foundation_vits/), a CPVT built from a
-converted config, its normed tokens, and a converter's CLI run in-process.
+"""What the foundation-ViT converter and config tests share: the fixture
+script's weight rule and inputs (``tools/model_converters/
+record_authors_vits.py``), the recorded tokens (tests/data/foundation_vits/),
+the authors' state-dict layouts (DINOv2's names and shapes, DINOv3's with
+its buffers; written from their ``vision_transformer.py`` and ``layers/``),
+a CPVT built from a converted config, its normed tokens, and a converter's
+CLI run in-process.
 """
 import importlib.util
 import json
@@ -66,6 +69,68 @@ def run_tool(tool, tmp_path, state_dict, monkeypatch, capsys, *args):
         status = exc.code
     out = capsys.readouterr()
     return (status, out.out, out.err), dst
+
+
+def dinov2_shapes(embed_dim, depth, registers, grid=37, patch=14,
+                  mlp_ratio=4):
+    """The authors' state-dict names and shapes (their
+    ``DinoVisionTransformer`` with MLP blocks and LayerScale, no chunks)."""
+    c, hidden = embed_dim, int(embed_dim * mlp_ratio)
+    shapes = {'cls_token': (1, 1, c), 'pos_embed': (1, 1 + grid * grid, c)}
+    if registers:
+        shapes['register_tokens'] = (1, registers, c)
+    shapes['mask_token'] = (1, c)
+    shapes.update({'patch_embed.proj.weight': (c, 3, patch, patch),
+                   'patch_embed.proj.bias': (c, )})
+    for i in range(depth):
+        p = f'blocks.{i}.'
+        shapes.update({
+            p + 'norm1.weight': (c, ), p + 'norm1.bias': (c, ),
+            p + 'attn.qkv.weight': (3 * c, c), p + 'attn.qkv.bias': (3 * c, ),
+            p + 'attn.proj.weight': (c, c), p + 'attn.proj.bias': (c, ),
+            p + 'ls1.gamma': (c, ), p + 'norm2.weight': (c, ),
+            p + 'norm2.bias': (c, ), p + 'mlp.fc1.weight': (hidden, c),
+            p + 'mlp.fc1.bias': (hidden, ), p + 'mlp.fc2.weight': (c, hidden),
+            p + 'mlp.fc2.bias': (c, ), p + 'ls2.gamma': (c, )})
+    shapes.update({'norm.weight': (c, ), 'norm.bias': (c, )})
+    return shapes
+
+
+def dinov3_state_dict(embed_dim, depth, num_heads, storage=4, patch=16,
+                      ffn_ratio=4, rule=True):
+    """The authors' state dict: parameters by the fixture rule (or, all
+    tensors, on the meta device), buffers as their ``init_weights`` sets
+    them (periods
+    ``base ** (2 j / (D / 2))``, the k third of ``bias_mask`` 0)."""
+    c, hidden = embed_dim, int(embed_dim * ffn_ratio)
+    d = embed_dim // num_heads
+    shapes = {'cls_token': (1, 1, c), 'storage_tokens': (1, storage, c),
+              'mask_token': (1, c), 'patch_embed.proj.weight':
+              (c, 3, patch, patch), 'patch_embed.proj.bias': (c, )}
+    for i in range(depth):
+        p = f'blocks.{i}.'
+        shapes.update({
+            p + 'norm1.weight': (c, ), p + 'norm1.bias': (c, ),
+            p + 'attn.qkv.weight': (3 * c, c), p + 'attn.qkv.bias': (3 * c, ),
+            p + 'attn.proj.weight': (c, c), p + 'attn.proj.bias': (c, ),
+            p + 'ls1.gamma': (c, ), p + 'norm2.weight': (c, ),
+            p + 'norm2.bias': (c, ), p + 'mlp.fc1.weight': (hidden, c),
+            p + 'mlp.fc1.bias': (hidden, ), p + 'mlp.fc2.weight': (c, hidden),
+            p + 'mlp.fc2.bias': (c, ), p + 'ls2.gamma': (c, )})
+    shapes.update({'norm.weight': (c, ), 'norm.bias': (c, )})
+    if rule:
+        sd = record.rule_weights(shapes)
+    else:
+        sd = {k: torch.empty(s, device='meta') for k, s in shapes.items()}
+    sd['rope_embed.periods'] = 100.**(
+        2 * torch.arange(d // 4, dtype=torch.float32) / (d // 2))
+    mask = torch.ones(3 * c)
+    mask[c:2 * c] = 0
+    for i in range(depth):
+        sd[f'blocks.{i}.attn.qkv.bias_mask'] = mask.clone()
+    if not rule:  # shapes only
+        sd = {k: v.to('meta') for k, v in sd.items()}
+    return sd
 
 
 def padded_pair(image, padded_hw, other_hw):

@@ -15,8 +15,9 @@ detection size, also inside a padded batch.
 import pytest
 import torch
 
-from foundation_vits import (build, crop_tokens, fixture, load_tool,
-                             normed_tokens, padded_pair, record, run_tool)
+from foundation_vits import (build, crop_tokens, dinov2_shapes, fixture,
+                             load_tool, normed_tokens, padded_pair, record,
+                             run_tool)
 from mmpe.models.backbones import CPVT
 from mmpe.models.utils.checkpoint_keys import CheckpointMismatch
 from mmpe.models.utils.dinov2_weights import dinov2_to_mmpe
@@ -33,31 +34,6 @@ _CONTROL_MIN = 1e-3
 HUB = {  # the hub's widths: depth, heads
     'vits14': (384, 12, 6), 'vitb14': (768, 12, 12), 'vitl14': (1024, 24, 16)
 }
-
-
-def dinov2_shapes(embed_dim, depth, registers, grid=37, patch=14,
-                  mlp_ratio=4):
-    """The authors' state-dict names and shapes (their
-    ``DinoVisionTransformer`` with MLP blocks and LayerScale, no chunks)."""
-    c, hidden = embed_dim, int(embed_dim * mlp_ratio)
-    shapes = {'cls_token': (1, 1, c), 'pos_embed': (1, 1 + grid * grid, c)}
-    if registers:
-        shapes['register_tokens'] = (1, registers, c)
-    shapes['mask_token'] = (1, c)
-    shapes.update({'patch_embed.proj.weight': (c, 3, patch, patch),
-                   'patch_embed.proj.bias': (c, )})
-    for i in range(depth):
-        p = f'blocks.{i}.'
-        shapes.update({
-            p + 'norm1.weight': (c, ), p + 'norm1.bias': (c, ),
-            p + 'attn.qkv.weight': (3 * c, c), p + 'attn.qkv.bias': (3 * c, ),
-            p + 'attn.proj.weight': (c, c), p + 'attn.proj.bias': (c, ),
-            p + 'ls1.gamma': (c, ), p + 'norm2.weight': (c, ),
-            p + 'norm2.bias': (c, ), p + 'mlp.fc1.weight': (hidden, c),
-            p + 'mlp.fc1.bias': (hidden, ), p + 'mlp.fc2.weight': (c, hidden),
-            p + 'mlp.fc2.bias': (c, ), p + 'ls2.gamma': (c, )})
-    shapes.update({'norm.weight': (c, ), 'norm.bias': (c, )})
-    return shapes
 
 
 def _converted(name):

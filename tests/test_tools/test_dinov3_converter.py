@@ -16,8 +16,9 @@ mode with the coordinate augmentations drawn from the same seed.
 import pytest
 import torch
 
-from foundation_vits import (build, crop_tokens, fixture, load_tool,
-                             normed_tokens, padded_pair, record, run_tool)
+from foundation_vits import (build, crop_tokens, dinov3_state_dict, fixture,
+                             load_tool, normed_tokens, padded_pair, record,
+                             run_tool)
 from mmpe.models.backbones import CPVT
 from mmpe.models.utils.checkpoint_keys import CheckpointMismatch
 from mmpe.models.utils.dinov3_weights import (dinov3_to_mmpe,
@@ -34,43 +35,6 @@ _CONTROL_MIN = 1e-3
 HUB = {  # the hub's ViT-S/B/L/16: width, depth, heads
     'vits16': (384, 12, 6), 'vitb16': (768, 12, 12), 'vitl16': (1024, 24, 16)
 }
-
-
-def dinov3_state_dict(embed_dim, depth, num_heads, storage=4, patch=16,
-                      ffn_ratio=4, rule=True):
-    """The authors' state dict: parameters by the fixture rule (or, all
-    tensors, on the meta device), buffers as their ``init_weights`` sets
-    them (periods
-    ``base ** (2 j / (D / 2))``, the k third of ``bias_mask`` 0)."""
-    c, hidden = embed_dim, int(embed_dim * ffn_ratio)
-    d = embed_dim // num_heads
-    shapes = {'cls_token': (1, 1, c), 'storage_tokens': (1, storage, c),
-              'mask_token': (1, c), 'patch_embed.proj.weight':
-              (c, 3, patch, patch), 'patch_embed.proj.bias': (c, )}
-    for i in range(depth):
-        p = f'blocks.{i}.'
-        shapes.update({
-            p + 'norm1.weight': (c, ), p + 'norm1.bias': (c, ),
-            p + 'attn.qkv.weight': (3 * c, c), p + 'attn.qkv.bias': (3 * c, ),
-            p + 'attn.proj.weight': (c, c), p + 'attn.proj.bias': (c, ),
-            p + 'ls1.gamma': (c, ), p + 'norm2.weight': (c, ),
-            p + 'norm2.bias': (c, ), p + 'mlp.fc1.weight': (hidden, c),
-            p + 'mlp.fc1.bias': (hidden, ), p + 'mlp.fc2.weight': (c, hidden),
-            p + 'mlp.fc2.bias': (c, ), p + 'ls2.gamma': (c, )})
-    shapes.update({'norm.weight': (c, ), 'norm.bias': (c, )})
-    if rule:
-        sd = record.rule_weights(shapes)
-    else:
-        sd = {k: torch.empty(s, device='meta') for k, s in shapes.items()}
-    sd['rope_embed.periods'] = 100.**(
-        2 * torch.arange(d // 4, dtype=torch.float32) / (d // 2))
-    mask = torch.ones(3 * c)
-    mask[c:2 * c] = 0
-    for i in range(depth):
-        sd[f'blocks.{i}.attn.qkv.bias_mask'] = mask.clone()
-    if not rule:  # shapes only
-        sd = {k: v.to('meta') for k, v in sd.items()}
-    return sd
 
 
 def _converted(name, **kwargs):
