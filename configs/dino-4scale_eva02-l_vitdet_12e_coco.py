@@ -4,11 +4,12 @@
 # recipe, 12 epochs.
 #
 # Reference number: detrex projects/dino_eva/configs/dino-eva-02/
-# dino_eva_02_vitdet_l_4attn_1024_lrd0p8_4scale_12ep.py: 58.9 box AP (detrex's
-# model card). Its recipe is not this one: LSJ at 1024 x 1024, layer-wise
-# lr decay 0.8, EVA's patch-16 weights (eva02_L_pt_*_p14to16); this config keeps mmpe's
-# DINO-ViTDet recipe and timm's patch-14 weights, so 58.9 is the model's
-# published ceiling, not this config's target; untested at COCO scale.
+# dino_eva_02_vitdet_l_4attn_1024_lrd0p8_4scale_12ep.py:
+# 58.9 box AP (detrex's model card). Its recipe is not this one: LSJ at
+# 1024 x 1024, layer-wise lr decay 0.8, EVA's patch-16 weights
+# (eva02_L_pt_*_p14to16). This config keeps mmpe's DINO-ViTDet recipe
+# and timm's patch-14 weights, so 58.9 is the model's published ceiling, not
+# this config's target; untested at COCO scale.
 #
 # The backbone as timm's Eva computes it (tests/test_tools/
 # test_eva02_converter.py): SwiGLU with sub-LN, q / v biases, the 16 x 16
