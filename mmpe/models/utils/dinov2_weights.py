@@ -9,9 +9,9 @@ after the class token (no table row), LayerScale on both residual branches
 and LayerNorm eps 1e-6: CPVT with ``pos_encoding='learnable'``,
 ``use_cls_token=True``, ``num_register_tokens``, LayerScale
 (``block_cfg``) and the table resampled per image as
-``interpolate_pos_encoding`` does (``pos_embed_interp='dinov2'`` for the original models: plain bicubic with
-the 0.1 offset; ``'dinov2-reg'`` for the models with registers:
-antialiased, no offset; the hub's settings)::
+``interpolate_pos_encoding`` does (``pos_embed_interp='dinov2'`` for the
+original models: plain bicubic with the 0.1 offset; ``'dinov2-reg'`` for
+the models with registers: antialiased, no offset; the hub's settings)::
 
     patch_embed.proj.*        -> patch_embed.*
     cls_token, pos_embed      -> same (the class row dropped with the token)
