@@ -10,7 +10,9 @@ pretraining grid and, with the RoPE positions interpolated to it, at a
 non-square grid (timm's ``dynamic_img_size``: positions ``t * ref / n``,
 the table resampled by ``resample_abs_pos_embed``). EVA-02's window RoPE
 (detection: positions of the window grid interpolated from ``pt`` to the
-window side) is tested against the global model run on each window.
+window side) is tested against the global model run on each window. The
+hub's B / L with the detection configs' settings:
+tests/test_configs/test_foundation_vit_configs.py.
 """
 import pytest
 import torch
@@ -31,7 +33,6 @@ SMALL = dict(img_size=112, patch_size=14, embed_dim=64, depth=2,
              num_heads=4, qkv_fused=False, mlp_ratio=4 * 2 / 3,
              swiglu_mlp=True, scale_mlp=True, use_rot_pos_emb=True,
              ref_feat_shape=(8, 8), num_classes=0)
-HUB = {'base': (768, 12, 12), 'large': (1024, 24, 16)}
 
 
 def _timm_eva(timm, **kwargs):
@@ -121,27 +122,6 @@ def test_channel_order_is_timms_interleaved_pairs():
         assert order[12 + t] == order[8 + t] + 1
         assert order[t] // 2 == 4 + t  # x band t: timm's second half
         assert order[8 + t] // 2 == t  # y band t: the first
-
-
-@pytest.mark.parametrize('name', sorted(HUB))
-def test_hub_layouts_convert_every_key(timm, name):
-    dims, depth, heads = HUB[name]
-    with torch.device('meta'):
-        model = timm.create_model(f'eva02_{name}_patch14_224',
-                                  pretrained=False)
-    sd = _weights(model)
-    out, config = eva02_to_mmpe(sd, ft_grid=(64, 64), window_size=16,
-                                drop_prefix_tokens=True)
-    assert config['arch']['num_heads'] == heads
-    assert int(dims * config['arch']['mlp_ratio']) == \
-        model.blocks[0].mlp.fc1_g.out_features
-    assert config['rope_cfg'] == dict(theta=10000., scale=(0.25, 0.25),
-                                      window_scale=1.)
-    assert (config['img_size'], config['patch_size']) == (224, 14)
-    with torch.device('meta'):
-        mmpe = CPVT(**{k: v for k, v in config.items() if k != 'type'},
-                    window_size=16, global_blocks=(depth - 1, ))
-    assert set(mmpe.state_dict()) == set(out)
 
 
 def test_cli_converts(tmp_path, monkeypatch, capsys, timm):

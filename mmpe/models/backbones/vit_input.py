@@ -158,11 +158,12 @@ class ViTInputMixin:
             skip.append(self.cls_token.expand(b, -1, -1))
         if self.pos_embed is not None:
             # (B | 1, num_cls + h*w, C); DINOv2's settings: per image
+            extent = None  # each image's valid grid, for DINOv2's settings
+            if token_mask is not None and self._resample.get('per_image'):
+                extent = valid_extent(token_mask.flatten(1), hw_shape)
             table = resample_pos_embed(
                 self.pos_embed, self.pretrain_grid, hw_shape, self.num_cls,
-                extent=None if token_mask is None else valid_extent(
-                    token_mask.flatten(1), hw_shape),
-                **self._resample)
+                extent=extent, **self._resample)
             x = x + table[:, self.num_cls:]
             if skip:
                 skip[0] = skip[0] + table[:, :self.num_cls]
