@@ -8,7 +8,9 @@ modes) with the pretrained init stripped and one optimiser step on two
 small images, per family (to keep the file quick: ViT-B with 2 of its
 blocks, one window and one global, and DINO with one encoder and one
 decoder layer and 100 queries; the full DINO runs in
-test_dino_vitdet_configs.py)."""
+test_dino_vitdet_configs.py); the Mask R-CNN twins of EVA-02 are ViTDet's
+Mask R-CNN config but the backbone and the strides of patch 14, and train
+one step."""
 import copy
 import functools
 import glob
@@ -20,6 +22,7 @@ import torch
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
+from config_steps import detection_train_step
 from foundation_vits import dinov2_shapes, dinov3_state_dict
 from mmdet.registry import MODELS
 from mmdet.structures import DetDataSample
@@ -35,6 +38,13 @@ NAMES = sorted(
     for p in glob.glob(osp.join(REPO, 'configs',
                                 f'dino-4scale_{family}-*.py')))
 BASE = 'configs/dino-4scale_vit-b-rel-pos_vitdet_12e_coco.py'
+#: ViTDet's Mask R-CNN twins of EVA-02, and a ViTDet Mask R-CNN config
+MASK_NAMES = sorted(
+    osp.relpath(p, REPO)
+    for p in glob.glob(osp.join(REPO, 'configs', 'mask-rcnn_eva02-*.py')))
+MASK_BASE = 'configs/mask-rcnn_vit-b-rope-mixed_vitdet_lsj-100e_coco.py'
+#: patch 14: the pyramid's strides
+STRIDES = [3.5, 7, 14, 28, 56]
 #: width, depth, heads of ViT-B / ViT-L
 SIZES = {'b': (768, 12, 12), 'l': (1024, 24, 16)}
 DEFAULTS = inspect.signature(CPVT).parameters
@@ -87,9 +97,11 @@ def test_every_family_has_vit_b_and_vit_l():
         f'configs/dino-4scale_{f}_vitdet_12e_coco.py'
         for f in ('dinov2-b-reg', 'dinov2-l-reg', 'dinov3-b', 'dinov3-l',
                   'eva02-b', 'eva02-l'))
+    assert MASK_NAMES == [f'configs/mask-rcnn_eva02-{s}_vitdet_lsj-100e_'
+                          'coco.py' for s in 'bl']
 
 
-@pytest.mark.parametrize('name', NAMES)
+@pytest.mark.parametrize('name', NAMES + MASK_NAMES)
 def test_backbone_is_the_converters_and_loads_its_keys(name, timm):
     """Every setting the converter prints is the config's; the backbone
     (built on the meta device) has exactly the converted keys; the
@@ -114,6 +126,9 @@ def test_backbone_is_the_converters_and_loads_its_keys(name, timm):
     with torch.device('meta'):
         model = MODELS.build(args)
     assert set(model.state_dict()) == set(out)
+    if name in MASK_NAMES:
+        _check_mask_rcnn_twin(cfg)
+        return
     base = _base()
     for key in ('encoder', 'decoder', 'bbox_head', 'dn_cfg', 'train_cfg',
                 'test_cfg', 'type'):
@@ -123,6 +138,53 @@ def test_backbone_is_the_converters_and_loads_its_keys(name, timm):
     assert cfg.model.neck == neck
     assert cfg.optim_wrapper == base.optim_wrapper
     assert cfg.param_scheduler == base.param_scheduler
+
+
+def _check_mask_rcnn_twin(cfg):
+    """ViTDet's Mask R-CNN recipe but the backbone, the strides of patch 14
+    and EVA-02's layer-wise decay / drop path."""
+    base = _config(MASK_BASE)
+    assert cfg.model.rpn_head.anchor_generator.strides == STRIDES
+    for key in ('bbox_roi_extractor', 'mask_roi_extractor'):
+        assert cfg.model.roi_head[key].featmap_strides == STRIDES[:4]
+        base.model.roi_head[key].featmap_strides = STRIDES[:4]
+    base.model.rpn_head.anchor_generator.strides = STRIDES
+    for key in ('rpn_head', 'roi_head', 'train_cfg', 'test_cfg',
+                'data_preprocessor', 'type'):
+        assert cfg.model[key] == base.model[key], key
+    neck = copy.deepcopy(base.model.neck)
+    neck.in_channels = cfg.model.backbone.arch['embed_dims']
+    assert cfg.model.neck == neck
+    large = cfg.model.backbone.arch['embed_dims'] == 1024
+    assert cfg.optim_wrapper.paramwise_cfg.layer_decay_rate == (
+        0.8 if large else 0.7)
+    assert cfg.model.backbone.drop_path_rate == (0.4 if large else 0.1)
+    for key in ('train_dataloader', 'param_scheduler', 'train_cfg'):
+        assert cfg[key] == base[key], key
+
+
+def test_mask_rcnn_twin_trains_one_step():
+    """ViT-B with 2 of its blocks, two small images with masks (the LSJ
+    batch padding to 1024 off, as the ViTDet config tests): one optimiser
+    step changes the backbone."""
+    cfg = _config(MASK_NAMES[0])
+    backbone = cfg.model.backbone
+    backbone.init_cfg = None
+    backbone.arch = dict(backbone.arch, depth=2)
+    backbone.global_blocks = (1, )
+    cfg.model.data_preprocessor.batch_augments = None
+    # 32 RoIs per image through the 4-conv heads (their convolutions' are
+    # the step's time; the backbone is what this config changes)
+    cfg.model.train_cfg.rcnn.sampler.num = 32
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    optim = build_optim_wrapper(model, copy.deepcopy(cfg.optim_wrapper))
+    before = model.backbone.blocks[0].mlp.fc1_g.weight.detach().clone()
+    detection_train_step(model, num_classes=80, with_mask=True)
+    optim.step()
+    after = model.backbone.blocks[0].mlp.fc1_g.weight
+    assert torch.isfinite(after).all() and not torch.equal(before, after)
 
 
 @pytest.mark.parametrize('name', [n for n in NAMES if _size(n) == 'b'])
