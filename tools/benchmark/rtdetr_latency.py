@@ -1,24 +1,20 @@
-"""CPU latency of RT-DETR per AIFI encoding: the whole model and AIFI's
-encoder alone, at 640 x 640 and 1280 x 1280.
+"""CPU latency of the whole RT-DETR per AIFI encoding, at 640 x 640 and
+1280 x 1280 (AIFI alone: ``tools/benchmark/rtdetr_aifi.py``).
 
 For each encoding of ``--encodings`` (``model.neck.encoder_pe``: the
 authors' sin-cos ``sine``, and the sin-cos plus ``irpe``, ``rope2d``,
 ``rope-mixed``, ``log-cpb``, ``alibi-2d``, ``lookhere``, as the encoding
 configs of configs/rtdetr/ set them) and each size of ``--sizes``, the
 config's model (``--config``, default the R50vd 6x recipe; no pre-trained
-weights, random ones: time does not depend on them) in evaluation mode:
-
-* ``model``: one inference of a batch of ``--batch`` images, what
-  ``tools/test.py`` runs per batch: the data preprocessor, backbone, hybrid
-  encoder, decoder and post-processing (``mode='predict'``);
-* ``aifi``: the hybrid encoder's AIFI layer alone on the stride-32 map of
-  that size (``neck.aifi``: the encoding's tables made for the grid, the
-  transformer layer).
+weights, random ones: time does not depend on them) in evaluation mode,
+one inference of a batch of ``--batch`` images, what ``tools/test.py`` runs
+per batch: the data preprocessor, backbone, hybrid encoder, decoder and
+post-processing (``mode='predict'``).
 
 Each row runs ``--warmup`` then ``--repeats`` times under
 ``torch.inference_mode``, rows taking turns (round-robin) so that load
 changes hit all of them; the median is reported with the ratio to the
-``sine`` row of the same size and part. Nothing is timed in a test; run it
+``sine`` row of the same size. Nothing is timed in a test; run it
 on a machine as quiet as you can get (the load average is recorded)::
 
     python tools/benchmark/rtdetr_latency.py --threads 1 \\
@@ -83,27 +79,12 @@ def model_call(model, batch: int, size: int):
     return run
 
 
-def aifi_call(model, batch: int, size: int):
-    """AIFI alone on the stride-32 grid of ``size``."""
-    neck = model.neck
-    channels = neck.hidden_dim
-    grid = -(-size // 32)
-    feats = torch.randn(batch, channels, grid, grid)
-
-    def run():
-        neck.aifi(0, feats)
-
-    return run
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--config', default=CONFIG)
     parser.add_argument('--encodings', nargs='+', default=list(ENCODINGS),
                         choices=list(ENCODINGS))
     parser.add_argument('--sizes', nargs='+', type=int, default=[640, 1280])
-    parser.add_argument('--parts', nargs='+', default=['model', 'aifi'],
-                        choices=['model', 'aifi'])
     parser.add_argument('--batch', type=int, default=1)
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--repeats', type=int, default=5)
@@ -129,10 +110,8 @@ def main(argv=None) -> None:
     for encoding in args.encodings:
         model = build_model(args.config, encoding)
         for size in args.sizes:
-            for part in args.parts:
-                make = model_call if part == 'model' else aifi_call
-                calls[f'{part} {size} {encoding}'] = make(
-                    model, args.batch, size)
+            calls[f'model {size} {encoding}'] = model_call(
+                model, args.batch, size)
     times: Dict[str, List[float]] = {name: [] for name in calls}
     with torch.inference_mode():
         for round_ in range(args.warmup + args.repeats):
