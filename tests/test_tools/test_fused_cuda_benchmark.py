@@ -12,7 +12,8 @@ import torch
 from test_benchmark_and_visualisers import _tool
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-SETTINGS = ['ctx product k', 'ctx product qk', 'rel-pos']
+SETTINGS = ['ctx product k', 'ctx product qk', 'rel-pos', 'bias product k',
+            'log-cpb', 'alibi-2d']
 
 
 def _positive(v):

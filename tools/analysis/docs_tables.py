@@ -209,6 +209,25 @@ def ci_runs(root: str) -> str:
     return table(['date', 'conditions', 'set-up', 'suite', 'result'], rows)
 
 
+# --- docs/benchmark.md: terms shared by every query, fused vs explicit ---
+
+
+def attention_broadcast(root: str) -> str:
+    """Per row of ``attention_broadcast_terms.json``: fwd+bwd ms and tensor
+    peak MiB at each grid."""
+    data = load(root, 'attention_broadcast_terms.json')
+    header = ['row'] + [f'{g} {what}' for g in data['grids']
+                        for what in ('fwd+bwd ms', 'peak MiB')]
+    rows = []
+    for r in data['rows']:
+        cells = [r['name']]
+        for ms, mb in zip(r['fwd_bwd_ms'], r['peak_mb']):
+            cells += ['-' if ms is None else f'{ms:.1f}',
+                      '-' if mb is None else str(mb)]
+        rows.append(cells)
+    return table(header, rows, [''] + ['r'] * (len(header) - 1))
+
+
 # --- docs/benchmark.md: the Triton kernels' compile report ---
 
 
@@ -243,6 +262,7 @@ TABLES: Dict[str, Callable[[str], str]] = {
     'decoder-rpb-cond-epochs': lambda r: decoder_rpb_epochs(
         r, 1, 'Conditional DETR, validation AP50 by epoch'),
     'ci-runs': ci_runs,
+    'attention-broadcast': attention_broadcast,
     'kernel-report-sm90-bf16': lambda r: kernel_report_rows(r, 'bfloat16'),
     'kernel-report-sm90-aims': lambda r: kernel_tables.aims_table(
         load(r, 'kernel_report_sm90.json')['aims']),

@@ -110,11 +110,12 @@ def _module(heads: str, setting: str):
                        rpe_on=spec['rpe_on'])
 
 
-def op_inputs(heads: str, setting: Optional[str], dtype_name: str) -> tuple:
-    """The custom op's arguments of one call (CPU tensors of the shapes a
-    CUDA call has): batch 1 without padding for the ViT-S heads, batch 2
-    with the second image's last 50 keys padded for the DETR heads (a key
-    padding mask); ``setting`` None: the same call without a term."""
+def op_inputs(heads: str, setting: Optional[str], dtype_name: str):
+    """The custom op's arguments (``TritonOpInputs``) of one call (CPU
+    tensors of the shapes a CUDA call has): batch 1 without padding for the
+    ViT-S heads, batch 2 with the second image's last 50 keys padded for
+    the DETR heads (a key padding mask); ``setting`` None: the same call
+    without a term."""
     import torch
 
     from mmpe.models.layers.attention.fused_triton import triton_op_inputs
@@ -146,26 +147,27 @@ def op_inputs(heads: str, setting: Optional[str], dtype_name: str) -> tuple:
     args, _ = triton_op_inputs(request.q_logits, request.k, request.v,
                                request.additive_mask(), terms)
     if setting is None:  # the same call, its terms left out
-        args = args[:4] + (None, None, False) + args[7:]
+        args = args._replace(values_k=None, values_q=None, with_sums=False)
     return args
 
 
-def launches(args: tuple) -> Dict[str, object]:
-    """The forward's and both backward kernels' launches of a call."""
+def launches(args) -> Dict[str, object]:
+    """The forward's and both backward kernels' launches of a call
+    (``args``: its ``TritonOpInputs``)."""
     import torch
 
     from mmpe.models.layers.attention.triton_launch import (
         backward_launches, forward_launch)
-    (q, k, v, mask, values_k, values_q, with_sums, num_buckets, rows, cols,
-     layout, dropout_p, _) = args
-    fwd, out, lse, sums = forward_launch(q, k, v, mask, values_k, values_q,
-                                         with_sums, num_buckets, rows, cols,
-                                         layout, 0, dropout_p, False)
-    grad_sums = torch.zeros_like(sums) if with_sums else None
+    a = args
+    fwd, out, lse, sums = forward_launch(a.q, a.k, a.v, a.mask, a.values_k,
+                                         a.values_q, a.with_sums,
+                                         a.num_buckets, a.rows, a.cols,
+                                         a.layout, 0, a.dropout_p, False)
+    grad_sums = torch.zeros_like(sums) if a.with_sums else None
     delta = torch.empty_like(lse)
-    bwd, _ = backward_launches(out, grad_sums, q, k, v, delta, lse, mask,
-                               values_k, values_q, rows, cols, layout, 0,
-                               dropout_p, False)
+    bwd, _ = backward_launches(out, grad_sums, a.q, a.k, a.v, delta, lse,
+                               a.mask, a.values_k, a.values_q, a.rows,
+                               a.cols, a.layout, 0, a.dropout_p, False)
     return {launch.name: launch for launch in [fwd] + bwd}
 
 

@@ -181,23 +181,29 @@ def layer_rows(args: argparse.Namespace, device: torch.device,
 
 
 def offset_bias_rows(args: argparse.Namespace, call) -> List[tuple]:
-    """``mmpe {log-cpb,alibi-2d,lookhere} ({explicit,fused})``: the offset
-    biases, a per-head table of ``(2h-1)(2w-1)`` buckets in the product
-    layout; and ``mmpe bias product k clip-grid (...)``, iRPE's bias of the
-    product method with a clip distance ``k`` of the largest side of
+    """The terms whose values are one per-head table shared by every query
+    (the broadcast terms), through each backend that takes them:
+    ``mmpe {log-cpb,alibi-2d,lookhere} ({explicit,fused,auto})``, the
+    offset biases, a per-head table of ``(2h-1)(2w-1)`` buckets in the
+    product layout; ``mmpe bias product k clip-grid (...)``, iRPE's bias of
+    the product method with a clip distance ``k`` of the largest side of
     ``--grids`` minus 1 (per-head tables, ``(2k+1)^2`` buckets): the same
-    product-layout path of the same backend, the comparison of issue 47."""
+    product-layout path of the same backend, the comparison of issue 47;
+    and ``mmpe bias product k ({explicit,fused})``, iRPE's bias with its
+    piecewise index (the ``mmpe bias product k`` row's setting)."""
     dims, heads = args.dims, args.heads
     common = layer_kwargs(args)
     side = max(max(grid) for grid in args.grids) - 1
+    clip = dict(mode='bias', method='product', index='clip',
+                max_distance=side, shared_head=False, init='xavier')
+    irpe = {'clip-grid ': clip, '': _rpe_cfg('bias', 'product')}
     rows = []
-    for impl in ('explicit', 'fused'):
-        rpe = dict(mode='bias', method='product', index='clip',
-                   max_distance=side, shared_head=False, init='xavier')
-        rows.append((f'mmpe bias product k clip-grid ({impl})',
-                     iRPEMultiheadAttention(dims, heads, rpe_cfg=rpe,
-                                            rpe_on='k', attn_impl=impl,
-                                            **common), call, True, True))
+    for impl in ('explicit', 'fused', 'auto'):
+        for name, rpe in irpe.items() if impl != 'auto' else ():
+            rows.append((f'mmpe bias product k {name}({impl})',
+                         iRPEMultiheadAttention(dims, heads, rpe_cfg=rpe,
+                                                rpe_on='k', attn_impl=impl,
+                                                **common), call, True, True))
         for name, cfg in OFFSET_BIASES.items():
             rows.append((f'mmpe {name} ({impl})',
                          iRPEMultiheadAttention(dims, heads, bias_cfg=cfg,

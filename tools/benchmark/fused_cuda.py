@@ -63,6 +63,14 @@ SETTINGS = {
         rpe_on='qk', rpe_cfg=_rpe_cfg('ctx', 'product')),
     'rel-pos': lambda grid: dict(rel_pos_cfg=dict(
         input_size=tuple(grid), init='trunc_normal')),
+    # terms shared by every query (their gradient summed per block of the
+    # kernel's programs): iRPE's bias and two offset biases (LookHere takes
+    # the same path; its layouts need a multiple of 4 heads, ViT-S has 6)
+    'bias product k': lambda grid: dict(
+        rpe_on='k', rpe_cfg=_rpe_cfg('bias', 'product')),
+    'log-cpb': lambda grid: dict(bias_cfg=dict(type='log-cpb',
+                                               pretrained_size=tuple(grid))),
+    'alibi-2d': lambda grid: dict(bias_cfg=dict(type='alibi-2d')),
 }
 DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16}
 #: the backends measured of every setting (beside the SDPA reference)

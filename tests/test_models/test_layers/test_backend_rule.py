@@ -2,6 +2,8 @@
 threshold), the CUDA rule (memory estimates against the free memory) with
 CUDA-like inputs, and what the backends keep for the backward, counted on
 CPU with autograd's saved-tensor hooks."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -152,3 +154,37 @@ def test_what_backends_keep_for_the_backward(impl, count):
     core = PEAttention(16, 2, attn_impl=impl,
                        rpe_cfg=dict(ratio=1.0, init='xavier'))
     assert len(_saved_square_tensors(core, impl, (5, 6))) == count
+
+
+@pytest.mark.parametrize('length', [1050, 4200])
+def test_shared_terms_take_the_fused_kernel_where_measured(length):
+    """Terms shared by every query (the offset biases, iRPE's bias mode):
+    the fused kernel on CPU (measured no slower, no heavier than explicit:
+    docs/data/attention_broadcast_terms.json), the dense backend's memory
+    rule on CUDA (not measured); other terms keep the kernel on both."""
+    sizes = dict(DETR, length=length)
+    for grad in (True, False):
+        cpu = AttentionCall(needs_grad=grad, shared_terms=True, **sizes)
+        assert auto_backend(cpu, False, True) == 'fused'
+        cuda = _cuda(grad, shared_terms=True, **sizes)
+        assert auto_backend(cuda, False, True, 80 * GiB) == (
+            'explicit' if grad else 'sdpa')
+        assert auto_backend(cuda, False, True, GiB // 8) == 'chunked'
+        other = dataclasses.replace(cuda, shared_terms=False)
+        assert auto_backend(other, False, True, GiB // 8) == 'fused'
+
+
+@pytest.mark.parametrize('cfg,shared', [
+    (dict(bias_cfg=dict(type='alibi-2d')), True),
+    (dict(bias_cfg=dict(type='log-cpb', pretrained_size=(3, 4))), True),
+    (dict(rpe_cfg=dict(mode='bias', method='product')), True),
+    (dict(rpe_cfg=dict(mode='bias', method='cross'), rpe_on='q'), True),
+    (dict(rpe_cfg=dict(mode='contextual', method='product')), False),
+    (dict(rel_pos_cfg=dict(input_size=(3, 4))), False),
+])
+def test_calls_say_whether_a_term_is_shared(cfg, shared):
+    """``AttentionCall.of`` reads ``axis_shared`` of the call's terms."""
+    core = PEAttention(16, 4, **cfg)
+    q = torch.zeros(2, 4, 12, 4)
+    call = AttentionCall.of(q, True, core.relative_terms(q, q, 3, 4), False)
+    assert call.shared_terms is shared

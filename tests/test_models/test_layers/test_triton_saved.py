@@ -246,3 +246,26 @@ def triton_launch_args(q, k, v, terms):
     delta = backward_delta(grad, out, None, None)
     return (grad, None, q, k, v, delta, lse, mask, values_k, values_q, rows,
             cols, layout, 0, dropout_p, interpreted())
+
+
+@pytest.mark.parametrize('precision,ieee', [('highest', True),
+                                            ('high', False),
+                                            ('medium', False)])
+def test_float32_products_follow_torch_matmul_precision(precision, ieee):
+    """float32 calls: IEEE products by default, TF32 where PyTorch's own
+    float32 matmuls may use it (``set_float32_matmul_precision``,
+    ``allow_tf32``); other dtypes unchanged."""
+    q = torch.zeros(1, 1, 4, 16)
+    layout = [1, 2, 2, 2, 0, -1, -1, 1]
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(precision)
+        flags = triton_launch._flags(q, None, q, None, False, layout, 0.0,
+                                     False, 16, 4)
+        half = triton_launch._flags(q.half(), None, q, None, False, layout,
+                                    0.0, False, 16, 4)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert flags['IEEE'] is ieee
+    assert triton_launch.float32_precision() == 'ieee'  # restored
+    assert half['IEEE'] is False

@@ -7,7 +7,11 @@ mode and the free device memory (:func:`auto_backend`), so that it can be
 checked anywhere with the inputs of any device.
 
 * The fused kernel of the device (C++ on CPU, Triton on CUDA): where it
-  applies, always (it holds no ``(L, L)`` tensor and is the fastest).
+  applies, always (it holds no ``(L, L)`` tensor and is the fastest), but
+  for a term whose values are one per-head table shared by every query
+  (``AttentionCall.shared_terms``: the offset biases, iRPE's bias mode)
+  only on the devices of :data:`SHARED_TERMS_FUSED_ON`, where it was
+  measured no slower and no heavier than the dense backend for them.
 * CPU (every device but CUDA, and CUDA while ``torch.compile`` traces,
   where free memory cannot be read inside a graph): no gradient into the
   terms and no iRPE on values: SDPA with the terms as a constant mask;
@@ -52,6 +56,16 @@ AUTO_CHUNKED_FROM = 1024
 CUDA_MEMORY_FRACTION = 0.25
 #: Backends :func:`memory_estimate` knows.
 ESTIMATED_BACKENDS = ('explicit', 'sdpa', 'chunked', 'flex')
+#: Device types where ``'auto'`` runs the fused kernel for terms shared by
+#: every query (the offset biases, iRPE's bias mode): measured there no
+#: slower and no heavier than ``'explicit'`` in training, one DETR encoder
+#: layer (batch 2, 8 heads x 32) at 25 x 42 and 50 x 84, the rows
+#: ``mmpe {log-cpb,alibi-2d,lookhere} ({explicit,fused,auto})`` and
+#: ``mmpe bias product k [clip-grid] ({explicit,fused})`` of
+#: docs/data/attention_broadcast_terms.json (``tools/benchmark/attention.py``;
+#: docs/benchmark.md, "Terms shared by every query"). CUDA is not measured
+#: yet: there these terms take the dense backend's memory rule.
+SHARED_TERMS_FUSED_ON = ('cpu', )
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,9 @@ class AttentionCall:
         chunk_size (int): The module's ``chunk_size`` (0: automatic).
         keys (int): Keys ``S`` of a cross-attention (0: ``L``, a
             self-attention); the square tensors are ``(B, H, L, S)``.
+        shared_terms (bool): A logit term's values are one per-head table
+            shared by every query and image (the offset biases, iRPE's
+            bias mode: ``RelativeTerm.axis_shared``).
     """
     length: int
     needs_grad: bool
@@ -85,6 +102,7 @@ class AttentionCall:
     dropout: bool = False
     chunk_size: int = 0
     keys: int = 0
+    shared_terms: bool = False
 
     @property
     def key_count(self):
@@ -102,7 +120,8 @@ class AttentionCall:
         batch, heads, length, head_dim = q.shape
         return cls(length, needs_grad, bool(values), q.device.type, batch,
                    heads, head_dim, q.element_size(), len(logits), dropout,
-                   chunk_size, keys)
+                   chunk_size, keys,
+                   any(term.axis_shared for term in logits))
 
 
 def memory_estimate(backend: str, call: AttentionCall) -> int:
@@ -169,7 +188,9 @@ def auto_backend(call: AttentionCall,
         flex_ok (bool): Whether FlexAttention applies to the call (CUDA,
             iRPE on q / k only, no RoPE...). Defaults to False.
         fused_ok (bool): Whether mmpe's fused kernel of the call's device
-            (C++ on CPU, Triton on CUDA) applies. Defaults to False.
+            (C++ on CPU, Triton on CUDA) applies; for shared terms
+            (``call.shared_terms``) it runs on the devices of
+            :data:`SHARED_TERMS_FUSED_ON` only. Defaults to False.
         free_bytes (int, optional): Free device memory (CUDA); None: not
             known, the length rule decides. Defaults to None.
         fraction (float): Share of ``free_bytes`` the dense backend may
@@ -179,7 +200,8 @@ def auto_backend(call: AttentionCall,
         str: ``'fused'``, ``'sdpa'``, ``'explicit'``, ``'chunked'`` or
         ``'flex'``.
     """
-    if fused_ok:
+    if fused_ok and (not call.shared_terms
+                     or call.device_type in SHARED_TERMS_FUSED_ON):
         return 'fused'
     dense = 'explicit' if call.values_term or call.needs_grad else 'sdpa'
     # FlexAttention for inference only (module docstring)

@@ -38,7 +38,7 @@ sum), with the output and the gradients of q, k, v in their dtype.
 """
 import functools
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from mmengine.logging import print_log
@@ -252,13 +252,43 @@ def _backward(ctx, grad_out: Tensor, _grad_lse: Optional[Tensor],
 _fused_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def kernel_layout(term: AxisValues) -> List[int]:
-    """The kernel's description of the terms' buckets: ``[product, Sy, Sx,
-    column offset, skip, extra0, extra1]`` (-1: no extra bucket)."""
+class KernelLayout(NamedTuple):
+    """The fused kernels' description of a term's buckets (the geometry of
+    :class:`AxisValues`), passed to the custom ops as its list of ints
+    (their schema takes no structures) and read back by name
+    (``KernelLayout(*layout)``); the C++ kernel reads the same order into
+    its ``Geometry``.
+
+    Attributes:
+        product (int): 1 for the ``'product'`` layout, 0 for ``'cross'``.
+        row_buckets (int): ``Sy``.
+        col_buckets (int): ``Sx``.
+        col_offset (int): Cross: where the column buckets start
+            (product: ``Sy``, unused).
+        skip (int): Leading tokens outside the grid.
+        extra0 (int): The skip tokens' (first) extra bucket; -1: none.
+        extra1 (int): Cross: the second extra bucket; -1: none.
+        query_grid (int): 1 where the queries are the grid's tokens (the
+            Triton kernel also takes queries off the grid, 0).
+    """
+
+    product: int
+    row_buckets: int
+    col_buckets: int
+    col_offset: int
+    skip: int
+    extra0: int
+    extra1: int
+    query_grid: int = 1
+
+
+def kernel_layout(term: AxisValues) -> KernelLayout:
+    """The :class:`KernelLayout` of a term."""
     extras = list(term.extras) + [-1] * (2 - len(term.extras))
     offset = term.row_buckets if term.col_offset is None else term.col_offset
-    return [int(term.layout == 'product'), term.row_buckets,
-            term.col_buckets, offset, term.skip] + extras
+    return KernelLayout(int(term.layout == 'product'), term.row_buckets,
+                        term.col_buckets, offset, term.skip, *extras,
+                        int(term.query_grid))
 
 
 def as_4d(x: Tensor) -> Tensor:
@@ -312,7 +342,8 @@ def fused_attention(q: Tensor,
     out, _, sums = torch.ops.mmpe.fused_attention(
         q, k.to(dtype), v.to(dtype), mask, values.get('k'), values.get('q'),
         value_term is not None, num_buckets, geo.rows, geo.cols,
-        kernel_layout(geo),
+        # the C++ kernel's 7 ints (its queries are the grid's)
+        list(kernel_layout(geo))[:-1],
         # the kernel's rule: max(min_rows, block_elements // L) rows
         *((BLOCK_ELEMENTS, MIN_BLOCK_ROWS) if block_rows is None else
           (0, block_rows)), isa or '')

@@ -20,7 +20,9 @@ the term read from the per-query values inside the tile, the log-sum-exp
 saved, a backward that recomputes the probabilities and returns ``dq``,
 ``dk``, ``dv`` and the values' gradients (bucket sums of ``dE``), from
 which autograd reaches the tables. Statistics and sums are float32;
-float32 (IEEE products, no TF32), bfloat16 and float16 inputs; attention
+float32 (IEEE products, or TF32 where torch's float32 matmul precision
+allows it: ``triton_launch.float32_precision``), bfloat16 and float16
+inputs; attention
 dropout inside the kernels. The launches (grids, arguments, tile sizes)
 are built by :mod:`.triton_launch`, which the compile report
 (``tools/analysis/kernel_report.py``) compiles for a GPU target.
@@ -31,7 +33,7 @@ compiled graph calls it as one node. Triton compiles the kernels for
 CUDA; with ``TRITON_INTERPRET=1`` set before Triton is imported its
 interpreter runs them on CPU tensors (the tests).
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -172,16 +174,55 @@ _triton_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def triton_layout(term: AxisValues) -> List[int]:
-    """The kernel's description of the terms' buckets: the CPU kernel's
-    (:func:`~.fused.kernel_layout`) and whether the queries are the grid's
-    tokens."""
-    return kernel_layout(term) + [int(term.query_grid)]
+    """The kernel's description of the terms' buckets: the
+    :class:`~.fused.KernelLayout` as the op's list of ints."""
+    return list(kernel_layout(term))
 
 
-def triton_op_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
-                     terms: Sequence[AxisValues],
-                     dropout_p: float = 0.0) -> Tuple[tuple, Optional[
-                         AxisValues]]:
+class TritonOpInputs(NamedTuple):
+    """The arguments of ``mmpe::triton_attention``, in its order (the op's
+    schema takes them positionally; tools edit them by name, e.g.
+    ``args._replace(values_k=None, values_q=None, with_sums=False)``).
+
+    Attributes:
+        q (Tensor): Scaled queries (B, H, Q, d), last dim contiguous.
+        k (Tensor): Keys (B, H, L, d), in the dtype of ``q``.
+        v (Tensor): Values (B, H, L, dv), in the dtype of ``q``.
+        mask (Tensor, optional): float32 additive mask, a (B, H, Q, L)
+            view.
+        values_k (Tensor, optional): The term on keys' values as given
+            (broadcastable to (B, H, Q, nb); a bias table stays one).
+        values_q (Tensor, optional): The term on queries' values
+            (broadcastable to (B, H, L, nb)).
+        with_sums (bool): Whether the op returns the bucket sums of the
+            probabilities (a term on values).
+        num_buckets (int): ``nb``.
+        rows (Tensor): The row-axis bucket table (h, h) long.
+        cols (Tensor): The column-axis bucket table (w, w) long.
+        layout (list[int]): The :class:`~.fused.KernelLayout`.
+        dropout_p (float): Attention dropout.
+        seed (Tensor, optional): The dropout's seed (1, ) long.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Optional[Tensor]
+    values_k: Optional[Tensor]
+    values_q: Optional[Tensor]
+    with_sums: bool
+    num_buckets: int
+    rows: Tensor
+    cols: Tensor
+    layout: List[int]
+    dropout_p: float
+    seed: Optional[Tensor]
+
+
+def triton_op_inputs(
+        q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
+        terms: Sequence[AxisValues], dropout_p: float = 0.0
+) -> Tuple[TritonOpInputs, Optional[AxisValues]]:
     """The arguments of ``mmpe::triton_attention`` for a call of
     :func:`triton_attention` (same arguments), and the term on values
     (applied to the op's bucket sums after it), or None."""
@@ -209,10 +250,12 @@ def triton_op_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     geo = terms[0]
     # one seed per call, from the global generator (as the chunked backend)
     seed = torch.randint(2**31 - 1, (1, )) if dropout_p > 0 else None
-    return (q, k.to(q.dtype), v.to(q.dtype), mask, values.get('k'),
-            values.get('q'), value_term is not None, num_buckets,
-            geo.rows.contiguous(), geo.cols.contiguous(), triton_layout(geo),
-            float(dropout_p), seed), value_term
+    return TritonOpInputs(q, k.to(q.dtype), v.to(q.dtype), mask,
+                          values.get('k'), values.get('q'),
+                          value_term is not None, num_buckets,
+                          geo.rows.contiguous(), geo.cols.contiguous(),
+                          triton_layout(geo), float(dropout_p),
+                          seed), value_term
 
 
 def triton_attention(q: Tensor,

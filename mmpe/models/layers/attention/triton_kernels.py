@@ -56,7 +56,7 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l, sv_l, j0, jy0, x0,
               JEND, LK,
               i, vy, vx, qrow_mask, Mask, mbase, sm_j, Rows, Cols, RH, GW,
               VK, qoff_vk, VQ, svq_l, SEED, P_DROP, pid_bh,
-              D: tl.constexpr, DV: tl.constexpr, BD: tl.constexpr,
+              D: tl.constexpr, DVD: tl.constexpr, BD: tl.constexpr,
               BDV: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr,
               HAS_K: tl.constexpr, HAS_Q: tl.constexpr,
               PRODUCT: tl.constexpr, SKIP: tl.constexpr, ROWS: tl.constexpr,
@@ -68,7 +68,7 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l, sv_l, j0, jy0, x0,
     j, jc, jy0, r, jx = key_side(j0, LK, RH, GW, jy0, x0, BN, SKIP, ROWS,
                                  EDGE)
     k = load_tile(K, kbase, j, JEND, sk_l, D, BD, EDGE)
-    v = load_tile(V, vbase, j, JEND, sv_l, DV, BDV, EDGE)
+    v = load_tile(V, vbase, j, JEND, sv_l, DVD, BDV, EDGE)
     kbias = tl.where(j < JEND, 0., float('-inf'))
     s, _, _, _, _ = logits(q, k, vy, vx, qrow_mask, jc, jy0, r, jx, kbias,
                            Mask, mbase, sm_j, Rows, Cols, RH, GW, VK, qoff_vk,
@@ -120,7 +120,7 @@ def fused_forward_kernel(
         so_b, so_h, so_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, ss_b, ss_h, ss_l,
         H, LQ, LK, GW, RH, SEED, P_DROP,
-        D: tl.constexpr, DV: tl.constexpr, SKIP: tl.constexpr,
+        D: tl.constexpr, DVD: tl.constexpr, SKIP: tl.constexpr,
         ROWS: tl.constexpr, MASK: tl.constexpr, HAS_K: tl.constexpr,
         HAS_Q: tl.constexpr, WITH_SUMS: tl.constexpr, PRODUCT: tl.constexpr,
         QGRID: tl.constexpr, IEEE: tl.constexpr, HAS_DROPOUT: tl.constexpr,
@@ -148,7 +148,7 @@ def fused_forward_kernel(
     if SKIP > 0:
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
                                   sv_l, 0, 0, 0, SKIP, LK, i, vy, vx,
-                                  qrow_mask, *args, D, DV, BD, BDV, BSK,
+                                  qrow_mask, *args, D, DVD, BD, BDV, BSK,
                                   MASK, HAS_K, HAS_Q, PRODUCT, SKIP, ROWS,
                                   IEEE, HAS_DROPOUT, True)
     full_end = SKIP + (LK - SKIP) // BN * BN
@@ -157,20 +157,20 @@ def fused_forward_kernel(
     for j0 in range(SKIP, full_end, BN):
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
                                   sv_l, j0, jy0, x0, LK, LK, i, vy, vx,
-                                  qrow_mask, *args, D, DV, BD, BDV, BN, MASK,
+                                  qrow_mask, *args, D, DVD, BD, BDV, BN, MASK,
                                   HAS_K, HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
                                   HAS_DROPOUT, False)
         jy0, x0 = next_tile(jy0, x0, BN, GW, ROWS)
     if full_end < LK:
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, kbase, vbase, sk_l,
                                   sv_l, full_end, 0, 0, LK, LK, i, vy, vx,
-                                  qrow_mask, *args, D, DV, BD, BDV, BN, MASK,
+                                  qrow_mask, *args, D, DVD, BD, BDV, BN, MASK,
                                   HAS_K, HAS_Q, PRODUCT, SKIP, ROWS, IEEE,
                                   HAS_DROPOUT, True)
     # a row with every key masked: 0 / 0 (NaN), as the softmax gives
     out = acc / l_i[:, None]
     lse = m_i + tl.log(l_i)
-    store_tile(Out, b * so_b + h * so_h, out, i, LQ, so_l, DV, BDV)
+    store_tile(Out, b * so_b + h * so_h, out, i, LQ, so_l, DVD, BDV)
     tl.store(Lse + pid_bh.to(tl.int64) * LQ + i, lse, mask=i < LQ)
     if WITH_SUMS:  # Eq. 17: the probabilities' bucket sums, exact p
         # rows past LQ (clamped onto the last row) add nothing
@@ -203,7 +203,7 @@ def fused_backward_kv_kernel(
         sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
         sdo_b, sdo_h, sdo_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, sg_b, sg_h, sg_l,
-        sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, sdq_b, sdq_h, sdq_l,
+        sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, sdvq_b, sdvq_h, sdvq_l,
         H, LQ, LK, GW, RH, SEED, P_DROP,
         D: tl.constexpr, DVD: tl.constexpr, SKIP: tl.constexpr,
         ROWS: tl.constexpr, QROWS: tl.constexpr, MASK: tl.constexpr,
@@ -235,7 +235,7 @@ def fused_backward_kv_kernel(
     # stride 0); keys past LK go to the scratch row past them
     shared = svq_l == 0
     koff_dvq = tl.where(j < LK, tl.where(shared, pid_n, j),
-                        tl.where(shared, tl.cdiv(LK, BN), LK)) * sdq_l
+                        tl.where(shared, tl.cdiv(LK, BN), LK)) * sdvq_l
     VKbh = VK + b * svk_b + h * svk_h
     VQbh = VQ + b * svq_b + h * svq_h
     GSbh = GS + b * sg_b + h * sg_h
@@ -268,7 +268,7 @@ def fused_backward_kv_kernel(
         dv += dot(tl.trans(p), do, IEEE)
         dk += dot(tl.trans(de), q, IEEE)
         if HAS_Q:  # dc^Q_j[b(j, i)] += dE_ij: rows of this block's keys
-            scatter(DVQ + b * sdq_b + h * sdq_h, koff_dvq, q1, q2, de, True,
+            scatter(DVQ + b * sdvq_b + h * sdvq_h, koff_dvq, q1, q2, de, True,
                     PRODUCT)
         if QROWS > 0:
             qy0, qx0 = next_tile(qy0, qx0, BM, GW, QROWS)
@@ -314,7 +314,7 @@ def fused_backward_q_kernel(
         sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l,
         sdo_b, sdo_h, sdo_l, sm_b, sm_h, sm_i, sm_j,
         svk_b, svk_h, svk_l, svq_b, svq_h, svq_l, sg_b, sg_h, sg_l,
-        sdq_b, sdq_h, sdq_l, sdk_b, sdk_h, sdk_l,
+        sdq_b, sdq_h, sdq_l, sdvk_b, sdvk_h, sdvk_l,
         H, LQ, LK, GW, RH, SEED, P_DROP,
         D: tl.constexpr, DVD: tl.constexpr, SKIP: tl.constexpr,
         ROWS: tl.constexpr, MASK: tl.constexpr, HAS_K: tl.constexpr,
@@ -346,8 +346,8 @@ def fused_backward_q_kernel(
             GS + b * sg_b + h * sg_h, ic * sg_l,
             # the term on keys' gradient rows: this block's queries, or one
             # row of the block where the values are shared by the queries
-            DVK + b * sdk_b + h * sdk_h,
-            tl.where(svk_l == 0, pid_m, ic) * sdk_l, SEED, P_DROP, pid_bh)
+            DVK + b * sdvk_b + h * sdvk_h,
+            tl.where(svk_l == 0, pid_m, ic) * sdvk_l, SEED, P_DROP, pid_bh)
     dq = tl.zeros((BM, BD), tl.float32)
     if SKIP > 0:
         dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,

@@ -25,6 +25,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .fused import KernelLayout
+
 #: The oldest Triton release the kernels take (``tl.philox`` with two
 #: counters, relaxed atomics, the launch options used here)
 TRITON_MIN = (3, 6)
@@ -153,7 +155,7 @@ def bucket_tables(rows: Tensor, cols: Tensor,
     buckets ``part1``, ``part2`` (cross: ``rows`` and ``offset + cols``);
     the extra row and column hold the skip tokens' bucket(s) (product:
     ``E0`` and 0, cross: ``E0`` and ``E1``)."""
-    product, _, sx, offset, skip, e0, e1, _ = layout
+    product, _, sx, offset, skip, e0, e1, _ = KernelLayout(*layout)
     if product and e1 >= 0:
         raise ValueError(f'a product layout has one extra bucket, got '
                          f'extras ({e0}, {e1})')
@@ -179,22 +181,37 @@ def rows_spanned(width: int, block: int, aligned: bool) -> int:
     return (last + block - 1) // width + 1
 
 
+def float32_precision() -> str:
+    """The input precision of the kernels' products for float32 inputs,
+    as PyTorch's own float32 matmuls take it: ``'ieee'`` while
+    ``torch.get_float32_matmul_precision()`` is ``'highest'`` (the
+    default), ``'tf32'`` (the tensor cores) where the user allows TF32
+    (``torch.set_float32_matmul_precision('high')`` or ``'medium'``,
+    ``torch.backends.cuda.matmul.allow_tf32 = True``). Read at each
+    launch."""
+    return ('ieee' if torch.get_float32_matmul_precision() == 'highest'
+            else 'tf32')
+
+
 def _flags(q: Tensor, mask: Optional[Tensor], values_k, values_q,
            with_sums: bool, layout: List[int], dropout_p: float,
            interpreted: bool, block_n: int, width: int,
            aligned: bool = True) -> dict:
     """The kernels' constexpr switches (one compilation per combination).
-    ``IEEE``: float32 products (float32 inputs, as the explicit backend's:
-    no TF32; and bfloat16 in the interpreter, whose bfloat16 ``tl.dot``
-    returns garbage as of Triton 3.9: the operands are converted exactly,
-    only the rounding of ``P`` before ``P V`` differs from the GPU's).
+    ``IEEE``: float32 products (float32 inputs while
+    :func:`float32_precision` is ``'ieee'``, else TF32 products, as
+    PyTorch's matmuls; and bfloat16 in the interpreter, whose bfloat16
+    ``tl.dot`` returns garbage as of Triton 3.9: the operands are converted
+    exactly, only the rounding of ``P`` before ``P V`` differs from the
+    GPU's).
     ``MASK``: 0 none, 1 one row of keys for every query (padding), 2 per
     pair. ``ROWS``: grid rows a tile of ``block_n`` grid keys spans
     (:func:`rows_spanned`; ``aligned``: the tiles start at multiples of
     ``block_n`` grid keys)."""
-    ieee = q.dtype == torch.float32 or (q.dtype == torch.bfloat16
-                                        and interpreted)
-    skip = layout[4]
+    ieee = ((q.dtype == torch.float32 and float32_precision() == 'ieee')
+            or (q.dtype == torch.bfloat16 and interpreted))
+    layout = KernelLayout(*layout)
+    skip = layout.skip
     rows = rows_spanned(width, block_n, aligned)
     if skip > MAX_SKIP:
         raise ValueError(f'the Triton kernel takes at most {MAX_SKIP} skip '
@@ -203,8 +220,8 @@ def _flags(q: Tensor, mask: Optional[Tensor], values_k, values_q,
                 ROWS=rows if rows <= MAX_CANDIDATE_ROWS else 0,
                 MASK=0 if mask is None else 1 if mask.stride(2) == 0 else 2,
                 HAS_K=values_k is not None, HAS_Q=values_q is not None,
-                WITH_SUMS=with_sums, PRODUCT=bool(layout[0]),
-                QGRID=bool(layout[7]), IEEE=ieee,
+                WITH_SUMS=with_sums, PRODUCT=bool(layout.product),
+                QGRID=bool(layout.query_grid), IEEE=ieee,
                 HAS_DROPOUT=dropout_p > 0)
 
 
@@ -247,7 +264,7 @@ def _scatters(name: str, term: Optional[Tensor], layout: List[int],
     ``triton_tiles.scatter_rows``)."""
     if term is None:
         return 0
-    if layout[0]:
+    if KernelLayout(*layout).product:
         return 1
     if name == 'backward_q':
         block = tile_config(name, head_dim, 1).BN
@@ -285,7 +302,7 @@ def forward_launch(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
             *_mask_strides(mask), *_strides3(values_k),
             *_strides3(values_q), *_strides3(sums if with_sums else None),
             h, lq, lk, cols.shape[1], rows.shape[1], seed, float(dropout_p))
-    meta = dict(D=d, DV=dv, **_flags(q, mask, values_k, values_q, with_sums,
+    meta = dict(D=d, DVD=dv, **_flags(q, mask, values_k, values_q, with_sums,
                                      layout, dropout_p, interpreted, cfg.BN,
                                      cols.shape[1]),
                 BM=cfg.BM, BN=cfg.BN, BD=_pow2(d), BDV=_pow2(dv),
@@ -330,6 +347,7 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
         b, h, grad_rows(values_q, lk, cfgs['backward_kv'].BN) + 1,
         values_q.shape[-1], device=q.device, dtype=torch.float32))
     table_r, table_c = bucket_tables(rows, cols, layout)
+    skip = KernelLayout(*layout).skip
     dummy = lse
     common = (dummy if mask is None else mask,
               dummy if values_k is None else values_k,
@@ -351,12 +369,12 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
                     **_flags(q, mask, values_k, values_q,
                              grad_sums is not None, layout, dropout_p,
                              interpreted, cfg.BN, cols.shape[1],
-                             name == 'backward_q' or layout[4] == 0),
+                             name == 'backward_q' or skip == 0),
                     BM=cfg.BM, BN=cfg.BN, BD=_pow2(d), BDV=_pow2(dv),
                     BSK=SKIP_TILE, num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages)
         if name == 'backward_kv':
-            qrows = rows_spanned(cols.shape[1], cfg.BM, layout[4] == 0)
+            qrows = rows_spanned(cols.shape[1], cfg.BM, skip == 0)
             meta['QROWS'] = qrows if qrows <= MAX_CANDIDATE_ROWS else 0
             outs = (dk, dv_, dummy if dvq is None else dvq)
             out_strides = (*_strides3(dk), *_strides3(dv_), *_strides3(dvq))

@@ -43,7 +43,8 @@ def store_tile(X, base, val, offs, N, s_l, D: tl.constexpr,
 @triton.jit
 def dot(a, b, IEEE: tl.constexpr):
     """``a @ b`` accumulated in float32: IEEE float32 products, or the
-    tensor cores' products of ``b``'s dtype (``a`` cast to it)."""
+    tensor cores' products of ``b``'s dtype (``a`` cast to it; float32:
+    TF32, Triton's default input precision)."""
     if IEEE:
         return tl.dot(a.to(tl.float32), b.to(tl.float32),
                       input_precision='ieee')

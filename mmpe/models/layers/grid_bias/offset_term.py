@@ -162,6 +162,11 @@ class OffsetBiasTerm(RelativeTerm):
         """``'product'``: the bucket of a pair is ``u * (2 w - 1) + v``."""
         return 'product'
 
+    @property
+    def axis_shared(self) -> bool:
+        """The table is shared by every query and image."""
+        return True
+
     def axis_values(self) -> AxisValues:
         """The table as values ``(1, H, 1, nb)`` shared by every query
         (``nb = (2h-1)(2w-1)``, plus the zero bucket of skip-token pairs

@@ -274,6 +274,11 @@ class IRPETerm(RelativeTerm):
     def axis_on(self) -> str:
         return self.on
 
+    @property
+    def axis_shared(self) -> bool:
+        """The bias mode on queries or keys: one table for every token."""
+        return self.mode == 'bias' and self.on != 'v'
+
     def axis_values(self) -> AxisValues:
         plan = self.plan
         if self.on == 'v':

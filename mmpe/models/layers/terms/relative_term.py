@@ -171,6 +171,14 @@ class RelativeTerm:
         ask): False where the queries are not the grid's tokens."""
         return True
 
+    @property
+    def axis_shared(self) -> bool:
+        """Whether :meth:`axis_values` gives values shared by every viewer
+        and image (a per-head table ``(1, H, 1, nb)``: a bias table, the
+        offset biases), not per token (cheap to ask); the ``'auto'`` rule
+        reads it (``backend_rule.AttentionCall.shared_terms``)."""
+        return False
+
     def axis_values(self) -> AxisValues:
         """The term as :class:`AxisValues` (only where :attr:`axis_layout`
         is not None), for the fused kernels (CPU, Triton)."""

@@ -66,8 +66,11 @@ def attend(request: AttentionRequest, impl: str,
         impl, request.call(), flex_ok, fused_reason is None,
         cuda_free_bytes(request.q.device) if impl == 'auto' else None)
     if impl == 'auto' and name == 'chunked' and device == 'cuda':
+        why = fused_reason or ('not chosen for terms shared by every query '
+                               'on this device (backend_rule.'
+                               'SHARED_TERMS_FUSED_ON)')
         warn(f"{who} attn_impl='auto' runs the chunked backend (the dense "
-             f'one does not fit in memory; the fused kernel: {fused_reason})')
+             f'one does not fit in memory; the fused kernel: {why})')
     if name == 'flex':  # 'auto' on CUDA, inference
         out = _try_flex(request, impl, warn, who)
         if out is not None:
