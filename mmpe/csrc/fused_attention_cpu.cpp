@@ -241,6 +241,26 @@ void forward_impl(const RowKernels<T>& kern, const at::Tensor& q,
   });
 }
 
+// The zeroed gradient buffer of term values `x` (B, H, L, nb) (an empty
+// tensor without them): one row per (b, h) where the values are shared by
+// every query (every key, a term on queries; stride 0 along L: a bias
+// table, the offset biases), so that the backward holds B H nb floats for
+// them instead of B H L nb (the row loops sum the rows into it); else one
+// row per query (key). Per (b, h), not fewer: the backward's tasks are
+// (b, h) pairs run in parallel. The caller reduces it to the values' shape.
+at::Tensor grad_buffer(const c10::optional<at::Tensor>& x,
+                       const at::Tensor& like) {
+  if (!x.has_value()) return at::empty({0}, like.options());
+  const int64_t rows = x->stride(2) == 0 ? 1 : x->size(2);
+  return at::zeros({x->size(0), x->size(1), rows, x->size(3)}, x->options());
+}
+
+// The row stride of a gradient buffer (grad_buffer) of `length` rows: 0
+// for the one shared row.
+int64_t grad_row_stride(const at::Tensor& d, int64_t length) {
+  return d.size(2) == length ? d.stride(2) : 0;
+}
+
 template <typename T>
 void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
                    const c10::optional<at::Tensor>& grad_sums,
@@ -258,8 +278,10 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
   const bool has_gs = grad_sums.has_value();
   const Strided4<T> gs = has_gs ? strided4<T>(*grad_sums) : Strided4<T>{nullptr, 0, 0, 0};
   const T* lse_p = lse.data_ptr<T>();
-  const int64_t nbk = terms.k ? dvalues_k.size(3) : 0;
-  const int64_t nbq = terms.q ? dvalues_q.size(3) : 0;
+  // the gradients' row strides: 0 where the values are shared by the
+  // queries (keys), whose gradient is then one row per (b, h)
+  const int64_t dvk_s = terms.k ? grad_row_stride(dvalues_k, length) : 0;
+  const int64_t dvq_s = terms.q ? grad_row_stride(dvalues_q, length) : 0;
   // dk, dv and the term on queries accumulate over the query blocks of one
   // (b, h): one task each
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
@@ -304,7 +326,7 @@ void backward_impl(const RowKernels<T>& kern, const at::Tensor& grad_out,
         // dE = P * (dP - rowsum(dP * P)) and the values' gradients
         kern.grads({blk, p, dp, gs, has_gs, go.data_ptr<T>(),
                     ob_r.data_ptr<T>(), go.stride(0), ob.stride(0), dim_v,
-                    dvk, dvq, nbk, nbq});
+                    dvk, dvq, dvk_s, dvq_s});
         at::Tensor dqr = dqb.narrow(0, r0, r);
         at::mm_out(dqr, dpblk, kb);                    // dq = dE k
         dkb.addmm_(dpblk.t(), qb.narrow(0, r0, r));    // dk += dE^T q
@@ -321,11 +343,6 @@ void detach_all(Opt&... xs) {
   ((xs = xs.has_value() ? c10::optional<at::Tensor>(xs->detach()) : xs), ...);
 }
 
-at::Tensor empty_like_or_none(const c10::optional<at::Tensor>& x,
-                              const at::Tensor& like) {
-  return x.has_value() ? at::zeros(x->sizes(), x->options())
-                       : at::empty({0}, like.options());
-}
 
 std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                       c10::optional<at::Tensor> mask,
@@ -396,8 +413,8 @@ std::vector<at::Tensor> fused_backward(at::Tensor grad_out,
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::zeros(k.sizes(), k.options());
   at::Tensor dv = at::zeros(v.sizes(), v.options());
-  at::Tensor dvalues_k = empty_like_or_none(values_k, q);
-  at::Tensor dvalues_q = empty_like_or_none(values_q, q);
+  at::Tensor dvalues_k = grad_buffer(values_k, q);
+  at::Tensor dvalues_q = grad_buffer(values_q, q);
   AT_DISPATCH_FLOATING_TYPES(ct, "mmpe_fused_attention_backward", [&] {
     backward_impl<scalar_t>(row_kernels<scalar_t>(table), grad_out, grad_sums, q, k, v, out, lse, mask,
                             terms, g, block_elems, min_rows, dq, dk, dv,

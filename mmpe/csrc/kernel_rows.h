@@ -76,8 +76,10 @@ struct ProbRows {
 // The backward, second half: `dp` (r, L) holds dO v^T on entry, dE = P *
 // (dP - rowsum(dP * P)) on exit (with grad_sums: dP_ij += gs_i[b(i, j)]
 // first, and the row sum taken over dP * P; else it is dO_i . O_i); the
-// values' gradients accumulate into dvk (rows of nbk per query) and dvq
-// (rows of nbq per key) of this (b, h) where not null.
+// values' gradients accumulate into dvk (a row every dvk_s per query) and
+// dvq (a row every dvq_s per key) of this (b, h) where not null. A row
+// stride of 0 sums every query's (key's) gradient into one row: values
+// shared by all queries (keys), a bias table, need no per-row buffer.
 template <typename T>
 struct GradRows {
   Block<T> blk;
@@ -90,7 +92,7 @@ struct GradRows {
   int64_t go_s, o_s, dim_v;
   T* dvk;
   T* dvq;
-  int64_t nbk, nbq;
+  int64_t dvk_s, dvq_s;
 };
 
 template <typename T>

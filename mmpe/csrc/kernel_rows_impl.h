@@ -322,8 +322,8 @@ void grad_rows(const GradRows<T>& a) {
     }
 #pragma omp simd
     for (int64_t j = 0; j < length; ++j) dr[j] = pr[j] * (dr[j] - dot);
-    if (a.dvk) reduce_term_row<T>(dr, a.dvk + i * a.nbk, i, g, k.pat);
-    if (a.dvq) qterm_row<true>(dr, a.dvq, a.nbq, i, g, k.colv);
+    if (a.dvk) reduce_term_row<T>(dr, a.dvk + i * a.dvk_s, i, g, k.pat);
+    if (a.dvq) qterm_row<true>(dr, a.dvq, a.dvq_s, i, g, k.colv);
   }
 }
 

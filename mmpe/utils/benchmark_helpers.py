@@ -1,8 +1,9 @@
 """Helpers of the benchmark scripts (``tools/benchmark``,
-``tools/gpu_check.py``): a process's own resident memory, the CUDA memory
-peak of one call, and image sizes written ``WIDTHxHEIGHT``."""
+``tools/gpu_check.py``) and the memory tests: a process's own resident
+memory, the CPU and CUDA tensor peaks of one call, and image sizes written
+``WIDTHxHEIGHT``."""
 import argparse
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -32,6 +33,37 @@ def cuda_peak_bytes(run: Callable[[], object], device: torch.device) -> float:
     run()
     torch.cuda.synchronize(device)
     return float(torch.cuda.max_memory_allocated(device) - base)
+
+
+def cpu_peak_bytes(run: Callable[[], object]) -> Optional[float]:
+    """Bytes held by CPU tensors allocated during ``run()`` at its peak:
+    the maximum of the running sum of the allocation / free events that
+    ``torch.profiler.profile(profile_memory=True)`` records (every
+    allocation through PyTorch's CPU allocator, in time order; what was
+    allocated before ``run()`` is not counted). Deterministic for a
+    deterministic ``run``; None where the profiler cannot tell."""
+    try:
+        from torch._C._profiler import _EventType
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:  # pragma: no cover
+        return None
+    with profile(activities=[ProfilerActivity.CPU],
+                 profile_memory=True) as prof:
+        run()
+    sizes = []
+
+    def walk(events):
+        for e in events:
+            if e.typed[0] == _EventType.Allocation:
+                sizes.append((e.start_time_ns, e.typed[1].alloc_size))
+            walk(e.children)
+
+    walk(prof.profiler.kineto_results.experimental_event_tree())
+    live = peak = 0
+    for _, size in sorted(sizes, key=lambda t: t[0]):
+        live += size
+        peak = max(peak, live)
+    return float(peak)
 
 
 def parse_image_size(text: str) -> Tuple[int, int]:

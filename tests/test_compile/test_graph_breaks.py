@@ -127,6 +127,16 @@ BACKBONES = {
     'lookhere': dict(pos_encoding='lookhere'),
     # a class token: zero bias for its pairs
     'cls-lookhere': dict(pos_encoding='lookhere', use_cls_token=True),
+    # DINOv2 with registers: the table resampled per image (weight matrices
+    # of each image's extent); EVA-02 (below, windowed): scaled positions,
+    # the window blocks' own, SwiGLU with sub-LN
+    'dinov2-reg': dict(pos_encoding='learnable', pos_embed_interp='dinov2-reg',
+                       use_cls_token=True, num_register_tokens=2,
+                       block_cfg=dict(layer_scale_init=1.)),
+    'eva02': dict(pos_encoding=('learnable', 'rope2d'),
+                  rope_cfg=dict(theta=1e4, scale=(0.5, 0.25),
+                                window_scale=2.),
+                  block_cfg=dict(mlp_type='swiglu-subln')),
 }
 # ViTDet's layout: 3 x 3 windows in block 0 (no grid of GRIDS is whole
 # windows in both sides), block 1 global
@@ -135,8 +145,9 @@ BACKBONES.update({
     f'{name}-windows': dict(BACKBONES[name], **WINDOWS)
     for name in ('peg', 'none', 'learnable', 'sine+peg', 'rope2d',
                  'rope-mixed', 'irpe', 'rel-pos', 'log-cpb', 'alibi-2d',
-                 'lookhere')
+                 'lookhere', 'eva02')
 })
+del BACKBONES['eva02']  # windows: its window positions are the point
 
 
 @pytest.mark.parametrize('name', BACKBONES)

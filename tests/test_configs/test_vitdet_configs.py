@@ -21,7 +21,7 @@ from vit_layout import timm_vit_shapes
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 COCO = sorted(
     osp.relpath(p, REPO)
-    for p in glob.glob(osp.join(REPO, 'configs', 'mask-rcnn_*vitdet*.py')))
+    for p in glob.glob(osp.join(REPO, 'configs', 'mask-rcnn_vit-*vitdet*.py')))
 QUICKSTART = 'configs/quickstart/mask-rcnn_vit-tiny-peg_vitdet_synthetic.py'
 #: the position encoding's own (new) parameters, absent from ImageNet ViTs
 NEW_KEYS = {

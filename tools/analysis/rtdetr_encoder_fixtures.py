@@ -103,7 +103,8 @@ def record(presnet_cls, encoder_cls, setting: dict, image: torch.Tensor):
     out = dict(sizes={})
     for size_name, (size, eval_size) in SIZES.items():
         backbone = presnet_cls(**setting['backbone'], pretrained=False)
-        encoder = encoder_cls(**setting['encoder'], eval_spatial_size=eval_size)
+        encoder = encoder_cls(
+            **setting['encoder'], eval_spatial_size=eval_size)
         out['backbone_keys'] = keys_of(backbone)
         out['encoder_keys'] = keys_of(encoder)
         backbone.load_state_dict(rule_state(out['backbone_keys']))

@@ -55,7 +55,10 @@ def rule_tensor(name: str, shape: Sequence[int], seed: int = SEED) -> Tensor:
 def rule_state(names_shapes: Iterable[Tuple[str, Sequence[int]]],
                seed: int = SEED) -> Dict[str, Tensor]:
     """``{name: rule_tensor(name, shape)}``."""
-    return {name: rule_tensor(name, shape, seed) for name, shape in names_shapes}
+    return {
+        name: rule_tensor(name, shape, seed)
+        for name, shape in names_shapes
+    }
 
 
 def rule_image(small: Tensor, size: Tuple[int, int]) -> Tensor:

@@ -26,7 +26,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from mmpe.utils.benchmark_helpers import cuda_peak_bytes, resident_mb
+from mmpe.utils.benchmark_helpers import (cpu_peak_bytes, cuda_peak_bytes,
+                                         resident_mb)
 
 PASSES = ('fwd_bwd', 'fwd')
 
@@ -118,28 +119,7 @@ def peak_memory(row: Row, s: Inputs, what: str,
     clear_grads(row)
     if device.type == 'cuda':
         return cuda_peak_bytes(lambda: run_pass(row, s, what), device)
-    try:
-        from torch._C._profiler import _EventType
-        from torch.profiler import ProfilerActivity, profile
-    except ImportError:  # pragma: no cover
-        return None
-    with profile(activities=[ProfilerActivity.CPU],
-                 profile_memory=True) as prof:
-        run_pass(row, s, what)
-    sizes = []
-
-    def walk(events):
-        for e in events:
-            if e.typed[0] == _EventType.Allocation:
-                sizes.append((e.start_time_ns, e.typed[1].alloc_size))
-            walk(e.children)
-
-    walk(prof.profiler.kineto_results.experimental_event_tree())
-    live = peak = 0
-    for _, size in sorted(sizes, key=lambda t: t[0]):
-        live += size
-        peak = max(peak, live)
-    return float(peak)
+    return cpu_peak_bytes(lambda: run_pass(row, s, what))
 
 
 def rss_peak(run: Callable[[], None]) -> Optional[float]:

@@ -32,8 +32,9 @@ from ...utils.arg_checks import check_int
 from ..layers.blocks.vit_block import ViTBlock
 from ..layers.encodings.peg import PEG
 from ..utils.vit_pos_encodings import POS_ENCODINGS, parse_pos_encoding
-from ..layers.grid_bias.build import layer_bias_cfg
-from .vit_args import (check_rates, parse_arch, parse_bias_cfg,
+from .vit_args import (block_bias_cfg, block_rel_pos_cfg, check_arch,
+                       check_rates,
+                       parse_arch, parse_bias_cfg, parse_block_cfg,
                        parse_detectron2_options, parse_img_size,
                        parse_out_indices, parse_peg_positions,
                        parse_rel_pos_cfg, parse_rope_cfg, parse_rpe_cfg,
@@ -136,6 +137,15 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         peg_kernel_size (int): Odd PEG kernel size. Defaults to 3.
         use_cls_token (bool): Prepend a class token (a skip token for every
             position encoding). Defaults to False (the paper's GAP).
+        num_register_tokens (int): Register tokens after the class token
+            (Darcet et al., "Vision Transformers Need Registers", ICLR
+            2024; DINOv2's ``register_tokens``, DINOv3's storage tokens):
+            skip tokens without a row in the position table. Defaults to 0.
+        block_cfg (dict, optional): Further arguments of every
+            :class:`~mmpe.models.layers.ViTBlock`: ``layer_scale_init``
+            (LayerScale on both residual branches; DINOv2 / DINOv3) and
+            ``mlp_type`` (``'mlp'``, ``'swiglu'``, ``'swiglu-subln'``:
+            EVA-02). Defaults to None (a plain block).
         qkv_bias (bool): Bias in the qkv projections. Defaults to True.
         drop_rate (float): Dropout after position embedding and projections.
             Defaults to 0.
@@ -162,8 +172,11 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
             image's valid extent, read from the token padding mask; without
             a mask the padded grid is the image), ``normalize``
             (``'separate'``, ``'max'`` or ``'min'``) and the training-only
-            augmentations ``shift``, ``jitter``, ``rescale`` (one draw per
-            forward for all blocks). Defaults to None (integer indices).
+            augmentations ``shift``, ``jitter``, ``rescale`` (drawn anew for
+            every block, as DINOv3); ``scale`` (positions times a factor,
+            one or per axis: EVA-02's RoPE interpolated from its
+            pretraining grid) and ``window_scale`` (the window blocks'
+            factor). Defaults to None (integer indices).
         rpe_cfg (dict, optional): For ``'irpe'``: arguments of
             ``mmpe.models.layers.iRPE`` other than ``head_dim``,
             ``num_heads``, ``on`` and ``skip`` (set from
@@ -234,6 +247,8 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
                  peg_positions: Sequence[int] = (0, ),
                  peg_kernel_size: int = 3,
                  use_cls_token: bool = False,
+                 num_register_tokens: int = 0,
+                 block_cfg: Optional[dict] = None,
                  qkv_bias: bool = True,
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
@@ -260,18 +275,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         depth = self.arch_settings['depth']
         num_heads = self.arch_settings['num_heads']
         mlp_ratio = self.arch_settings['mlp_ratio']
-        for name, value in (('embed_dims', embed_dims), ('depth', depth),
-                            ('num_heads', num_heads),
-                            ('patch_size', patch_size), ('in_channels',
-                                                         in_channels)):
-            check_int(name, value)
-        if embed_dims % num_heads != 0:
-            raise ValueError(
-                f'`num_heads` ({num_heads}) must divide `embed_dims` '
-                f'({embed_dims}); choose num_heads among the divisors of '
-                f'{embed_dims}')
-        if not mlp_ratio > 0:
-            raise ValueError(f'`mlp_ratio` must be > 0, got {mlp_ratio}')
+        check_arch(self.arch_settings, patch_size, in_channels)
         encodings = parse_pos_encoding(pos_encoding)
         img_size = parse_img_size(img_size)
         if not -1 <= frozen_stages <= depth:
@@ -281,8 +285,10 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
             drop_rate=drop_rate,
             attn_drop_rate=attn_drop_rate,
             drop_path_rate=drop_path_rate)
+        check_int('num_register_tokens', num_register_tokens, minimum=0)
         window_size, global_blocks = parse_window_layout(
-            window_size, global_blocks, depth, use_cls_token)
+            window_size, global_blocks, depth,
+            use_cls_token, num_register_tokens)
         rope_args, coord_cfg = parse_rope_cfg(rope_cfg, rope_theta,
                                               encodings)
         # resample_pos_embed's arguments of `pos_embed_interp`
@@ -296,7 +302,9 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         self.pos_encoding = pos_encoding
         self.pos_encodings = encodings
         self.use_cls_token = use_cls_token
-        self.num_skip = 1 if use_cls_token else 0
+        self.num_registers = num_register_tokens
+        # class token then registers: the blocks' skip tokens
+        self.num_skip = int(use_cls_token) + num_register_tokens
         self.final_norm = final_norm
         self.frozen_stages = frozen_stages
         self.out_indices = parse_out_indices(out_indices, depth)
@@ -311,7 +319,7 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         block_rpe_cfg, rpe_on = parse_rpe_cfg(rpe_cfg, encodings,
                                               self.num_skip)
         rel_pos_cfg = parse_rel_pos_cfg(rel_pos_cfg, encodings,
-                                        use_cls_token, self.pretrain_grid)
+                                        self.num_skip > 0, self.pretrain_grid)
         bias_cfg = parse_bias_cfg(bias_cfg, encodings, self.pretrain_grid)
         # on the CPU whatever the default device (a model built on 'meta')
         dpr = torch.linspace(0, drop_path_rate, depth, device='cpu').tolist()
@@ -329,8 +337,11 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
                 rpe_on=rpe_on,
                 attn_impl=attn_impl,
                 skip=self.num_skip,
-                rel_pos_cfg=self._block_rel_pos_cfg(rel_pos_cfg, i),
-                bias_cfg=self._block_bias_cfg(bias_cfg, i),
+                rel_pos_cfg=block_rel_pos_cfg(rel_pos_cfg, i, window_size,
+                                              global_blocks),
+                bias_cfg=block_bias_cfg(bias_cfg, i, depth, window_size,
+                                        global_blocks),
+                **parse_block_cfg(block_cfg),
                 window_size=0 if i in global_blocks else window_size,
                 window_padding=window_padding)
             for i in range(depth)
@@ -349,24 +360,6 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
         self._init_default_weights()
         self._freeze_stages()
 
-    def _block_rel_pos_cfg(self, cfg: Optional[dict],
-                           index: int) -> Optional[dict]:
-        """Block ``index``'s ``rel_pos_cfg``: tables for its window
-        ``(S, S)`` or, global, for ``cfg['input_size']``."""
-        if cfg is None or not self.window_size or index in self.global_blocks:
-            return cfg
-        return dict(cfg, input_size=(self.window_size, self.window_size))
-
-    def _block_bias_cfg(self, cfg: Optional[dict],
-                        index: int) -> Optional[dict]:
-        """Block ``index``'s ``bias_cfg``: LookHere's layer, log-CPB's
-        window ``(S, S)`` in a window block."""
-        cfg = layer_bias_cfg(cfg, index, self.depth)
-        if (cfg is not None and cfg['type'] == 'log-cpb' and self.window_size
-                and index not in self.global_blocks):
-            cfg = dict(cfg, pretrained_size=(self.window_size, ) * 2)
-        return cfg
-
     # ------------------------------------------------------------------ #
     def _init_default_weights(self) -> None:
         """DeiT initialisation: trunc-normal(0.02) linears and tables."""
@@ -375,8 +368,9 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
                 trunc_normal_(m.weight, std=.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-        if self.cls_token is not None:
-            trunc_normal_(self.cls_token, std=.02)
+        for token in (self.cls_token, self.register_tokens):
+            if token is not None:
+                trunc_normal_(token, std=.02)
         if self.pos_embed is not None:
             trunc_normal_(self.pos_embed, std=.02)
 
@@ -405,12 +399,18 @@ class CPVT(ViTInputMixin, ViTStagesMixin, BaseModule):
     ) -> Tuple[List[Tensor], Tuple[int, int], Optional[Tensor]]:
         """:meth:`forward_tokens` and the ``(B, h, w)`` token padding mask
         (None: nothing padded)."""
-        x, hw_shape, token_mask, key_mask, rope_pos, rope = self._embed(
+        x, hw_shape, token_mask, key_mask, ropes = self._embed(
             x, padding_mask)
 
         pegs = dict(zip(self.peg_positions, self.pegs))
+        # DINOv3 draws its coordinate augmentation anew in every block
+        redraw = self.rope_coords is not None and self.rope_coords.augments
         tokens = []
         for i, block in enumerate(self.blocks):
+            if i and redraw:
+                ropes = self._rope_inputs(hw_shape, token_mask, x)
+            # the positions and tables of a global / window block
+            rope_pos, rope = ropes[bool(getattr(block, 'window_size', 0))]
             if self.ropes:
                 rope = self.ropes[i](hw_shape, x.device, x.dtype,
                                      pos=rope_pos)

@@ -11,7 +11,7 @@ from ...utils.arg_checks import check_int, is_int
 from ..layers.common.arg_checks import RPE_ON_CHOICES, check_choice
 from ..layers.encodings.pos_embed_2d import POS_EMBED_INTERPS
 from ..layers.encodings.rope_coords import COORD_DEFAULTS, ROPE_ARGS
-from ..layers.grid_bias.build import check_bias_cfg
+from ..layers.grid_bias.build import check_bias_cfg, layer_bias_cfg
 from ..layers.windows.window import WINDOW_PADDINGS
 from ..utils.vit_pos_encodings import ATTENTION_ENCODINGS, BIAS_ENCODINGS
 
@@ -106,6 +106,10 @@ def parse_bias_cfg(bias_cfg: Optional[dict], encodings: Tuple[str, ...],
     return check_bias_cfg(cfg)
 
 
+#: ``rope_cfg`` keys of the backbone beside those of :data:`ROPE_ARGS`
+BACKBONE_ROPE_ARGS = ('scale', 'window_scale')
+
+
 def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
                    encodings: Tuple[str, ...]) -> Tuple[dict, Optional[dict]]:
     """The rotary module's arguments and the token-coordinate arguments.
@@ -113,7 +117,10 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     ``rope_cfg`` takes the keys of ``encoder_pe.relative`` of the rotary
     type in ``encodings`` (:data:`~mmpe.models.layers.encodings.rope_coords.ROPE_ARGS`:
     ``theta``, ``rotate`` for RoPE-Mixed, and the coordinates ``coords``,
-    ``normalize``, ``shift``, ``jitter``, ``rescale``); ``rope_theta`` is
+    ``normalize``, ``shift``, ``jitter``, ``rescale``) and the backbone's
+    :data:`BACKBONE_ROPE_ARGS` (``scale``: positions times a factor, one or
+    per axis; ``window_scale``: the factor of the window blocks, EVA-02's
+    window RoPE; None: ``scale``); ``rope_theta`` is
     the older spelling of ``rope_cfg.theta`` (both may be given only with
     the same value). The coordinate values are checked where they are used
     (:class:`~mmpe.models.layers.encodings.rope_coords.RoPECoords`).
@@ -121,8 +128,9 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     Returns:
         tuple[dict, dict | None]: The keyword arguments of ``RoPE2D`` /
         ``RoPEMixed`` besides the head sizes (``theta`` only when given),
-        and the coordinate arguments (defaults filled in); ``({}, None)``
-        without a rotary encoding.
+        and the coordinate arguments (defaults filled in, with ``scale`` and
+        ``window_scale`` where given); ``({}, None)`` without a rotary
+        encoding.
     """
     kinds = [name for name in encodings if name in ROPE_ARGS]
     if not kinds:
@@ -136,7 +144,7 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
         raise ValueError(f'Unsupported `rope_cfg` {rope_cfg!r}, please give '
                          f'None or a dict with keys from '
                          f'{ROPE_ARGS[kinds[0]]}')
-    allowed = ROPE_ARGS[kinds[0]]
+    allowed = ROPE_ARGS[kinds[0]] + BACKBONE_ROPE_ARGS
     unknown = sorted(set(cfg) - set(allowed))
     if unknown:
         raise ValueError(
@@ -152,6 +160,9 @@ def parse_rope_cfg(rope_cfg: Optional[dict], rope_theta: Optional[float],
     if theta is not None:
         module_cfg['theta'] = theta
     coords = {k: cfg.get(k, v) for k, v in COORD_DEFAULTS.items()}
+    coords['scale'] = cfg.get('scale', 1.)
+    if cfg.get('window_scale') is not None:
+        coords['window_scale'] = cfg['window_scale']
     return module_cfg, coords
 
 
@@ -170,6 +181,25 @@ def parse_img_size(img_size: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
         raise ValueError(f'`img_size` must be a positive int or a pair of '
                          f'them, got {img_size!r}')
     return tuple(img_size)
+
+
+def check_arch(arch: dict, patch_size: int, in_channels: int) -> None:
+    """Raise unless the sizes are positive ints, ``num_heads`` divides
+    ``embed_dims`` and ``mlp_ratio > 0``."""
+    for name, value in (('embed_dims', arch['embed_dims']),
+                        ('depth', arch['depth']),
+                        ('num_heads', arch['num_heads']),
+                        ('patch_size', patch_size),
+                        ('in_channels', in_channels)):
+        check_int(name, value)
+    embed_dims, num_heads = arch['embed_dims'], arch['num_heads']
+    if embed_dims % num_heads != 0:
+        raise ValueError(
+            f'`num_heads` ({num_heads}) must divide `embed_dims` '
+            f'({embed_dims}); choose num_heads among the divisors of '
+            f'{embed_dims}')
+    if not arch['mlp_ratio'] > 0:
+        raise ValueError(f'`mlp_ratio` must be > 0, got {arch["mlp_ratio"]}')
 
 
 def parse_arch(arch: Union[str, dict], arch_zoo: dict,
@@ -233,12 +263,13 @@ def parse_peg_positions(peg_positions: Sequence[int],
 
 def parse_window_layout(window_size: int, global_blocks: Sequence[int],
                         depth: int,
-                        use_cls_token: bool) -> Tuple[int, Tuple[int, ...]]:
+                        use_cls_token: bool,
+                        num_registers: int = 0) -> Tuple[int, Tuple[int, ...]]:
     """``window_size`` and the sorted ``global_blocks`` of ViTDet's layout.
 
     ``window_size`` is an int >= 0 (0: every block global); ``global_blocks``
     distinct block indices in ``[0, depth)`` (an int is one block). Windows
-    take no class token (ViTDet has none).
+    take no class or register tokens (ViTDet has none).
     """
     check_int('window_size', window_size, minimum=0,
               hint='0: global attention in every block; ViTDet: 14')
@@ -259,11 +290,14 @@ def parse_window_layout(window_size: int, global_blocks: Sequence[int],
         raise ValueError(
             f'`global_blocks` {tuple(global_blocks)!r} repeats block(s) '
             f'{repeated}: choose distinct block indices in [0, {depth - 1}]')
-    if window_size and use_cls_token:
+    if window_size and (use_cls_token or num_registers):
+        name = ('`use_cls_token=True`' if use_cls_token else
+                f'`num_register_tokens={num_registers}`')
         raise ValueError(
-            f'`use_cls_token=True` with `window_size={window_size}`: a class '
+            f'{name} with `window_size={window_size}`: a class or register '
             'token belongs to no window (ViTDet has none); choose '
-            'use_cls_token=False or window_size=0')
+            'use_cls_token=False and num_register_tokens=0 (the converters '
+            'drop them) or window_size=0')
     return window_size, tuple(sorted(global_blocks))
 
 
@@ -297,3 +331,43 @@ def parse_detectron2_options(window_padding: str, pos_embed_interp: str,
             f"{encodings!r} does not have; add 'learnable' or leave "
             "pos_embed_interp='timm'")
     return POS_EMBED_INTERPS[pos_embed_interp]
+
+
+def block_rel_pos_cfg(cfg: Optional[dict], index: int, window_size: int,
+                      global_blocks: Tuple[int, ...]) -> Optional[dict]:
+    """Block ``index``'s ``rel_pos_cfg``: tables for its window ``(S, S)``
+    or, global, for ``cfg['input_size']``."""
+    if cfg is None or not window_size or index in global_blocks:
+        return cfg
+    return dict(cfg, input_size=(window_size, window_size))
+
+
+def block_bias_cfg(cfg: Optional[dict], index: int, depth: int,
+                   window_size: int,
+                   global_blocks: Tuple[int, ...]) -> Optional[dict]:
+    """Block ``index``'s ``bias_cfg``: LookHere's layer, log-CPB's window
+    ``(S, S)`` in a window block."""
+    cfg = layer_bias_cfg(cfg, index, depth)
+    if (cfg is not None and cfg['type'] == 'log-cpb' and window_size
+            and index not in global_blocks):
+        cfg = dict(cfg, pretrained_size=(window_size, ) * 2)
+    return cfg
+
+
+#: The keys of ``CPVT(block_cfg=...)``
+BLOCK_CFG_KEYS = ('layer_scale_init', 'mlp_type')
+
+
+def parse_block_cfg(block_cfg: Optional[dict]) -> dict:
+    """``block_cfg`` as ``ViTBlock`` keyword arguments (keys of
+    :data:`BLOCK_CFG_KEYS`; their values are checked by the block)."""
+    if block_cfg is None:
+        return {}
+    if not isinstance(block_cfg, dict):
+        raise ValueError(f'Unsupported `block_cfg` {block_cfg!r}, please give '
+                         f'None or a dict with keys from {BLOCK_CFG_KEYS}')
+    unknown = sorted(set(block_cfg) - set(BLOCK_CFG_KEYS))
+    if unknown:
+        raise ValueError(f'`block_cfg` keys {unknown} are not used, please '
+                         f'choose from {BLOCK_CFG_KEYS}')
+    return dict(block_cfg)

@@ -1,10 +1,11 @@
 """The depth of each parameter of the plain ViT: its stages.
 
-Stage 0 is the input (patch embedding, class token, position table), stage
-``i + 1`` block ``i`` with what belongs to it (the PEG after it, its
-RoPE-Mixed frequencies), stage ``depth + 1`` the rest (the final norm). The
-same stages give layer-wise learning-rate decay (:meth:`param_layer_id`, read
-by ``ViTLayerDecayOptimWrapperConstructor``) and ``frozen_stages``.
+Stage 0 is the input (patch embedding, class and register tokens, position
+table), stage ``i + 1`` block ``i`` with what belongs to it (the PEG after
+it, its RoPE-Mixed frequencies), stage ``depth + 1`` the rest (the final
+norm). The same stages give layer-wise learning-rate decay
+(:meth:`param_layer_id`, read by ``ViTLayerDecayOptimWrapperConstructor``)
+and ``frozen_stages``.
 """
 from typing import List
 
@@ -14,9 +15,9 @@ import torch.nn as nn
 class ViTStagesMixin:
     """Layer ids and frozen stages of :class:`~mmpe.models.backbones.CPVT`.
 
-    The host has ``patch_embed``, ``cls_token``, ``pos_embed`` (parameters
-    or None), ``blocks``, ``ropes``, ``pegs`` with ``peg_positions``,
-    ``norm``, ``depth`` and ``frozen_stages``.
+    The host has ``patch_embed``, ``cls_token``, ``register_tokens``,
+    ``pos_embed`` (parameters or None), ``blocks``, ``ropes``, ``pegs``
+    with ``peg_positions``, ``norm``, ``depth`` and ``frozen_stages``.
     """
 
     def param_layer_id(self, name: str) -> int:
@@ -34,7 +35,8 @@ class ViTStagesMixin:
             int: In ``[0, depth + 1]``.
         """
         head, _, rest = name.partition('.')
-        if head in ('patch_embed', 'cls_token', 'pos_embed'):
+        if head in ('patch_embed', 'cls_token', 'register_tokens',
+                    'pos_embed'):
             return 0
         if head in ('blocks', 'ropes'):
             return int(rest.split('.')[0]) + 1
@@ -46,7 +48,7 @@ class ViTStagesMixin:
         if self.frozen_stages < 0:
             return
         frozen: List[nn.Module] = [self.patch_embed]
-        params = [self.cls_token, self.pos_embed]
+        params = [self.cls_token, self.register_tokens, self.pos_embed]
         frozen += [self.blocks[i] for i in range(self.frozen_stages)]
         frozen += list(self.ropes)[:self.frozen_stages]
         frozen += [

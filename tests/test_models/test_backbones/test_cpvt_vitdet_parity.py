@@ -368,7 +368,7 @@ def test_zeros_key_mask_is_the_batch_padding_only():
      r"\('masked', 'zeros'\)"),
     (dict(pos_embed_interp='bicubic'),
      r"Unsupported `pos_embed_interp` 'bicubic', please choose from "
-     r"\('timm', 'detectron2'\)"),
+     r"\('timm', 'detectron2', 'dinov2', 'dinov2-reg'\)"),
     (dict(window_padding='zeros', pos_encoding='rope2d', rel_pos_cfg=None),
      r"`window_padding='zeros'` with pos_encoding 'rope2d'.*"
      r"choose window_padding='masked'"),

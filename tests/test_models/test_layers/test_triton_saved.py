@@ -29,6 +29,9 @@ pytestmark = pytest.mark.skipif(
 DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
 #: the aim: one term on keys, bfloat16, at most this times SDPA's bytes
 SAVED_RATIO = 1.3
+#: float32 atomic bucket sums of the same pairs, grouped by block or by
+#: token: the same terms added in another order
+SUMS_TOL = dict(atol=1e-5, rtol=1e-5)
 
 
 def _saved_bytes(fn, *args) -> int:
@@ -100,9 +103,11 @@ def test_dropout_mask_is_keyed_by_the_pair_not_a_product():
     assert not torch.equal(long[0, 0, 0], long[0, 0, 1])
 
 
-def _term(grid, layout, skip, on, g, queries=None):
+def _term(grid, layout, skip, on, g, queries=None, shared=False):
     """Random tables and values of the AxisValues contract (as the kernel
-    tests lay out iRPE's buckets: extras after the spatial ones)."""
+    tests lay out iRPE's buckets: extras after the spatial ones);
+    ``shared``: values (1, H, 1, nb) shared by every token (a bias
+    table)."""
     h, w = grid
     n = skip + h * w
     sy, sx = (3, 4) if layout == 'product' else (2 * h - 1, 2 * w - 1)
@@ -114,7 +119,7 @@ def _term(grid, layout, skip, on, g, queries=None):
     qgrid = queries is None
     rows = torch.randint(0, sy, (h if qgrid else 1, h), generator=g)
     cols = torch.randint(0, sx, (w if qgrid else 1, w), generator=g)
-    shape = ((1, 3, nb, 5) if on == 'v' else
+    shape = ((1, 3, nb, 5) if on == 'v' else (1, 3, 1, nb) if shared else
              (2, 3, (queries or n) if on == 'k' else n, nb))
     values = torch.randn(shape, generator=g).requires_grad_(True)
     return AxisValues(values, rows, cols, layout, sy, sx, offset, skip,
@@ -123,16 +128,19 @@ def _term(grid, layout, skip, on, g, queries=None):
 
 @pytest.mark.skipif(not interpreted(), reason='checks the interpreter\'s '
                     'stores (on CUDA the GPU runs the kernels)')
-@pytest.mark.parametrize('grid,layout,skip,ons,queries', [
-    ((3, 5), 'product', 1, 'q', None),  # the query rows past the grid
-    ((3, 5), 'cross', 2, 'qkv', None),
-    ((3, 33), 'cross', 1, 'qkv', None),  # a row part per query row
-    ((2, 64), 'product', 2, 'qkv', None),  # tiles of one grid row
-    ((9, 8), 'product', 0, 'qkv', None),
-    ((4, 21), 'cross', 0, 'k', 70),  # queries off the grid (BoxRPB)
+@pytest.mark.parametrize('grid,layout,skip,ons,queries,shared', [
+    ((3, 5), 'product', 1, 'q', None, False),  # query rows past the grid
+    ((3, 5), 'cross', 2, 'qkv', None, False),
+    ((3, 33), 'cross', 1, 'qkv', None, False),  # a row part per query row
+    ((2, 64), 'product', 2, 'qkv', None, False),  # tiles of one grid row
+    ((9, 8), 'product', 0, 'qkv', None, False),
+    ((4, 21), 'cross', 0, 'k', 70, False),  # queries off the grid (BoxRPB)
+    # bias tables: a gradient row per program's block, keys past the last
+    # block into the scratch row
+    ((9, 8), 'product', 1, 'qk', None, True),
 ])
 def test_every_store_and_atomic_stays_inside_its_tensors(
-        grid, layout, skip, ons, queries, monkeypatch):
+        grid, layout, skip, ons, queries, shared, monkeypatch):
     """Forward and backward with padded keys: every address a kernel
     stores to or adds into lies inside a tensor of its launch (the first
     kernels' bucket of a row past the grid could point one row past its
@@ -177,7 +185,7 @@ def test_every_store_and_atomic_stays_inside_its_tensors(
     n = skip + grid[0] * grid[1]
     base = _term(grid, layout, skip, 'k', g, queries)
     terms = [base._replace(on=on, values=_term(grid, layout, skip, on, g,
-                                               queries).values)
+                                               queries, shared).values)
              for on in ons]
     q = torch.randn(2, 3, queries or n, 16, generator=g).requires_grad_(True)
     k, v = (torch.randn(2, 3, n, 16 if i == 0 else 5,
@@ -187,3 +195,54 @@ def test_every_store_and_atomic_stays_inside_its_tensors(
     out = triton_attention(q, k, v, mask, terms)
     out.backward(torch.randn(out.shape, generator=g))
     assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+
+
+def test_shared_values_get_a_gradient_row_per_block():
+    """Values shared by every token (a bias table, the offset biases: (1,
+    H, 1, nb)) get their float32 gradient summed per program's block of
+    viewers, ``ceil(L / block)`` rows, never one per token (B, H, L, nb);
+    per-token values keep a row per token. The sizes of the buffers the
+    backward's launches allocate, and the gradient they give against the
+    per-token run of the same values expanded."""
+    g = torch.Generator().manual_seed(5)
+    grid, skip = (9, 8), 1
+    n = skip + grid[0] * grid[1]
+    base = _term(grid, 'product', skip, 'k', g, shared=True)
+    table = base.values.detach()
+    q, k, v = (torch.randn(2, 3, n, 16, generator=g) for _ in range(3))
+    grads = []
+    for values in (table, table.expand(2, 3, n, -1).clone()):
+        terms = [base._replace(on=on, values=values.requires_grad_(True))
+                 for on in 'kq']
+        launches, outs = triton_launch.backward_launches(
+            *triton_launch_args(q, k, v, terms))
+        for launch in launches:
+            launch()
+        grads.append(outs[3:])
+        blocks = {launch.name: launch.meta for launch in launches}
+        if values.shape[0] == 1:  # shared: a row per block
+            assert outs[3].shape[2] == -(-n // blocks['backward_q']['BM'])
+            assert outs[4].shape[2] == -(-n // blocks['backward_kv']['BN'])
+        else:
+            assert outs[3].shape[2] == outs[4].shape[2] == n
+    for shared, per_token in zip(*grads):
+        torch.testing.assert_close(shared.sum((0, 2)), per_token.sum((0, 2)),
+                                   **SUMS_TOL)
+
+
+def triton_launch_args(q, k, v, terms):
+    """The arguments of ``backward_launches`` for a forward of ``terms``
+    (no dropout, no mask) with a random output gradient."""
+    from mmpe.models.layers.attention.fused_triton import (backward_delta,
+                                                           triton_op_inputs)
+    args, _ = triton_op_inputs(q, k, v, None, terms)
+    (q, k, v, mask, values_k, values_q, with_sums, nb, rows, cols, layout,
+     dropout_p, _) = args
+    launch, out, lse, _ = triton_launch.forward_launch(
+        q, k, v, mask, values_k, values_q, with_sums, nb, rows, cols, layout,
+        0, dropout_p, interpreted())
+    launch()
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(6))
+    delta = backward_delta(grad, out, None, None)
+    return (grad, None, q, k, v, delta, lse, mask, values_k, values_q, rows,
+            cols, layout, 0, dropout_p, interpreted())

@@ -10,6 +10,7 @@ same image alone (a padded image's AIFI tokens against the unpadded
 image's; an image of a padded batch against itself padded alone).
 """
 import math
+import warnings
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ import torch.nn as nn
 from rtdetr_parity import (PARITY_RTOL, build_neck, fixture, level_errors,
                            released_features)
 
+from mmpe.models.layers.attention.fused import fused_unavailable_reason
 from mmpe.models.necks import CSPRepLayer, RepVGGBlock, RTDETRHybridEncoder
 from mmpe.models.necks.rtdetr_hybrid_encoder import aifi_sincos
 from mmpe.models.utils.padding_mask import padding_mask_from_shapes
@@ -233,6 +235,43 @@ def test_gradients_reach_every_parameter(encoding):
         assert param.grad is not None and param.grad.abs().sum() > 0, name
 
 
+#: the encodings with relative terms (the fused kernels' contract)
+TERMS = ('irpe-bias', 'irpe-ctx', 'log-cpb', 'alibi-2d', 'lookhere')
+#: float32: the same softmax attention summed in other orders (fused
+#: kernel blocks, chunks) than the explicit backend's
+BACKEND_TOL = dict(atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize('impl', ['fused', 'chunked'])
+@pytest.mark.parametrize('encoding', TERMS)
+def test_aifi_runs_on_every_backend(encoding, impl):
+    if impl == 'fused' and fused_unavailable_reason() is not None:
+        pytest.skip(fused_unavailable_reason())
+    torch.manual_seed(6)
+    shapes = [(96, 160), (64, 96)]
+    mask = padding_mask_from_shapes(shapes, (96, 160))
+    feats = [torch.randn(2, c, 96 // s, 160 // s)
+             for c, s in ((8, 8), (16, 16), (32, 32))]
+    results = []
+    for attn_impl in ('explicit', impl):
+        # eval mode (with gradients): a train-mode BN after another makes
+        # the first's bias gradient analytically 0, i.e. rounding noise
+        neck = _small_neck(ENCODINGS[encoding], attn_impl=attn_impl)
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')  # no fallback
+            outs = neck(feats, mask)
+        sum((o * o).sum() for o in outs).backward()
+        results.append((outs, {n: p.grad for n, p in
+                               neck.named_parameters()}))
+    (ref, ref_grads), (outs, grads) = results
+    for level, ref_level in zip(outs, ref):
+        torch.testing.assert_close(level, ref_level, **BACKEND_TOL)
+    for name, grad in grads.items():
+        torch.testing.assert_close(
+            grad, ref_grads[name], **BACKEND_TOL,
+            msg=lambda m, name=name: f'{name}: {m}')
+
+
 def test_repvgg_deploy_fusion():
     torch.manual_seed(5)
     block = RepVGGBlock(6, 10, act_cfg=dict(type='SiLU'))
@@ -277,6 +316,16 @@ def test_errors_name_the_value_and_the_choices(kwargs, match):
     kwargs = dict(kwargs)
     with pytest.raises(ValueError, match=match):
         _small_neck(kwargs.pop('encoder_pe', None), **kwargs)
+
+
+def test_no_encoder_layer():
+    # num_encoder_layers=0: the fusion alone (no AIFI parameters)
+    neck = _small_neck(None, num_encoder_layers=0)
+    assert not any(n.startswith('encoder.') for n, _ in
+                   neck.named_parameters())
+    outs = neck([torch.randn(1, c, s, s) for c, s in ((8, 8), (16, 4),
+                                                      (32, 2))])
+    assert [o.shape[-1] for o in outs] == [8, 4, 2]
 
 
 def test_wrong_number_of_levels():

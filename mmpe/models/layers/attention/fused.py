@@ -216,9 +216,12 @@ def _kernel_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     full = []
     for values in (values_k, values_q):
         if values is not None:
-            values = values.expand(b, h, length, values.shape[-1])
+            # contiguous before the expand: a (1, H, 1, nb) table stays a
+            # view with stride 0 along the batch and the rows, which the
+            # backward's gradient buffer follows (one row per (b, h))
             if values.stride(-1) != 1:
                 values = values.contiguous()
+            values = values.expand(b, h, length, values.shape[-1])
         full.append(values)
     return (q, k, v, mask, *full)
 

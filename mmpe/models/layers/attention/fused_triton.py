@@ -178,13 +178,6 @@ def triton_layout(term: AxisValues) -> List[int]:
     return kernel_layout(term) + [int(term.query_grid)]
 
 
-def _rows_view(x: Tensor, b: int, h: int, length: int) -> Tensor:
-    """``x`` as a (B, H, length, .) view of its broadcast form, last dim
-    contiguous (stride-0 dims stay views)."""
-    x = as_4d(x).expand(b, h, length, x.shape[-1])
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
 def triton_op_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
                      terms: Sequence[AxisValues],
                      dropout_p: float = 0.0) -> Tuple[tuple, Optional[
@@ -203,9 +196,11 @@ def triton_op_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
         mask = as_4d(mask.float()).expand(b, h, lq, lk)
         if mask.stride(-1) != 1:
             mask = mask.contiguous()
-    # the values in their dtype: saved for the backward as they are
+    # the values in their dtype and their broadcast shape (a bias table
+    # (1, H, 1, nb) stays one): saved for the backward as they are, and
+    # their gradient is summed to that shape (the launches expand them)
     values = {
-        on: _rows_view(by_on[on].values, b, h, lq if on == 'k' else lk)
+        on: as_4d(by_on[on].values)
         for on in ('k', 'q') if on in by_on
     }
     value_term = by_on.get('v')

@@ -230,7 +230,12 @@ def fused_backward_kv_kernel(
     kbias = tl.zeros((BN, ), tl.float32)
     if MASK == 1:  # the same for every query: once per program
         kbias = tl.load(Mask + mbase + jc * sm_j).to(tl.float32)
-    koff_dvq = tl.where(j < LK, j, LK) * sdq_l
+    # the term on queries' gradient rows: this block's keys, or one row of
+    # the block where the values are shared by the keys (a bias table:
+    # stride 0); keys past LK go to the scratch row past them
+    shared = svq_l == 0
+    koff_dvq = tl.where(j < LK, tl.where(shared, pid_n, j),
+                        tl.where(shared, tl.cdiv(LK, BN), LK)) * sdq_l
     VKbh = VK + b * svk_b + h * svk_h
     VQbh = VQ + b * svq_b + h * svq_h
     GSbh = GS + b * sg_b + h * sg_h
@@ -339,7 +344,10 @@ def fused_backward_q_kernel(
             VK + b * svk_b + h * svk_h, ic * svk_l,
             VQ + b * svq_b + h * svq_h, svq_l,
             GS + b * sg_b + h * sg_h, ic * sg_l,
-            DVK + b * sdk_b + h * sdk_h, ic * sdk_l, SEED, P_DROP, pid_bh)
+            # the term on keys' gradient rows: this block's queries, or one
+            # row of the block where the values are shared by the queries
+            DVK + b * sdk_b + h * sdk_h,
+            tl.where(svk_l == 0, pid_m, ic) * sdk_l, SEED, P_DROP, pid_bh)
     dq = tl.zeros((BM, BD), tl.float32)
     if SKIP > 0:
         dq = _bwd_q_tile(dq, q, do, lse2, delta, K, V, kbase, vbase, sk_l,

@@ -115,6 +115,36 @@ def _strides3(x: Optional[Tensor]) -> Tuple[int, int, int]:
     return (0, 0, 0) if x is None else tuple(x.stride()[:3])
 
 
+def rows_view(x: Optional[Tensor], b: int, h: int,
+              length: int) -> Optional[Tensor]:
+    """Term values as the kernels read them: a (B, H, length, nb) view of
+    their broadcast form, last dim contiguous; a dim of size 1 (the
+    batch, the rows of a bias table) stays a stride-0 view."""
+    if x is None:
+        return None
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    return x.reshape((1, ) * (4 - x.dim()) + tuple(x.shape)).expand(
+        b, h, length, x.shape[-1])
+
+
+def shared_rows(values: Optional[Tensor]) -> bool:
+    """Whether term values (:func:`rows_view`) are the same for every
+    viewer (stride 0 along the rows: a bias table, the offset biases):
+    their gradient then has one row per program's block of viewers, not
+    one per viewer."""
+    return values is not None and values.shape[2] > 1 and \
+        values.stride(2) == 0
+
+
+def grad_rows(values: Optional[Tensor], length: int, block: int) -> int:
+    """Rows of the float32 gradient of term values seen by ``length``
+    viewers in programs of ``block``: one per program's block where the
+    values are shared (:func:`shared_rows`), else one per viewer (the
+    launch adds a scratch row where its kernel needs one)."""
+    return triton.cdiv(length, block) if shared_rows(values) else length
+
+
 def bucket_tables(rows: Tensor, cols: Tensor,
                   layout: List[int]) -> Tuple[Tensor, Tensor]:
     """The kernels' int32 tables: ``(h + 1, h + 1)`` row parts and ``(w +
@@ -236,6 +266,8 @@ def forward_launch(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor],
     (allocated, written by the launch)."""
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
+    values_k = rows_view(values_k, b, h, lq)
+    values_q = rows_view(values_q, b, h, lk)
     check_offsets(q=q, k=k, v=v, values_k=values_k, values_q=values_q)
     cfg = tile_config('forward', max(d, dv))
     out = q.new_empty(b, h, lq, dv)
@@ -276,15 +308,27 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
     term)."""
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
+    values_k = rows_view(values_k, b, h, lq)
+    values_q = rows_view(values_q, b, h, lk)
     check_offsets(grad_out=grad_out, grad_sums=grad_sums)
     dq, dk, dv_ = (torch.empty_like(x) for x in (q, k, v))
+    cfgs = {
+        name: tile_config(name, max(d, dv),
+                          _scatters(name, term, layout, max(d, dv),
+                                    cols.shape[1]))
+        for name, term in (('backward_kv', values_q), ('backward_q',
+                                                       values_k))
+    }
+    # the values' gradients, float32: a row per viewer, or per program's
+    # block of viewers where the values are shared (grad_rows); for the
+    # term on queries a scratch row past them, where backward_kv's keys
+    # past LK (its last block) put their bucket sums
     dvk = (None if values_k is None else torch.zeros(
-        b, h, lq, values_k.shape[-1], device=q.device, dtype=torch.float32))
-    # a scratch row past the keys: where backward_kv's keys past LK (its
-    # last block) put their bucket sums
+        b, h, grad_rows(values_k, lq, cfgs['backward_q'].BM),
+        values_k.shape[-1], device=q.device, dtype=torch.float32))
     dvq = (None if values_q is None else torch.zeros(
-        b, h, lk + 1, values_q.shape[-1], device=q.device,
-        dtype=torch.float32))
+        b, h, grad_rows(values_q, lk, cfgs['backward_kv'].BN) + 1,
+        values_q.shape[-1], device=q.device, dtype=torch.float32))
     table_r, table_c = bucket_tables(rows, cols, layout)
     dummy = lse
     common = (dummy if mask is None else mask,
@@ -297,12 +341,9 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
                *_strides3(grad_sums))
     sizes = (h, lq, lk, cols.shape[1], rows.shape[1], seed, float(dropout_p))
     launches = []
-    for name, kernel, term in (
-            ('backward_kv', _kernels.fused_backward_kv_kernel, values_q),
-            ('backward_q', _kernels.fused_backward_q_kernel, values_k)):
-        cfg = tile_config(name, max(d, dv),
-                          _scatters(name, term, layout, max(d, dv),
-                                    cols.shape[1]))
+    for name, kernel in (('backward_kv', _kernels.fused_backward_kv_kernel),
+                         ('backward_q', _kernels.fused_backward_q_kernel)):
+        cfg = cfgs[name]
         # the key blocks of backward_kv start at multiples of BN tokens,
         # skip tokens included; the forward's and backward_q's key tiles at
         # multiples of BN grid keys
@@ -328,7 +369,7 @@ def backward_launches(grad_out: Tensor, grad_sums: Optional[Tensor],
                 table_c, *strides, *out_strides, *sizes)
         launches.append(Launch(name, kernel, grid, args, meta))
     return launches, [dq, dk, dv_, dvk,
-                      None if dvq is None else dvq[:, :, :lk]]
+                      None if dvq is None else dvq[:, :, :-1]]
 
 
 def dropout_mask_launch(out: Tensor, seed: int, dropout_p: float, heads: int,

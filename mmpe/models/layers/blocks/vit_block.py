@@ -9,6 +9,7 @@ layout in :mod:`~mmpe.models.layers.windows.window`).
 """
 from typing import Optional, Tuple
 
+import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
@@ -43,6 +44,61 @@ class Mlp(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """(B, N, C) -> (B, N, C)."""
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class SwiGLU(nn.Module):
+    """Gated feed-forward: ``fc2(norm(SiLU(fc1_g(x)) * fc1_x(x)))`` (Shazeer
+    2020, Eq. 6), with EVA-02's sub-LN ``norm`` on the hidden channels (Fang
+    et al., "EVA-02", 2024; timm's ``SwiGLU``, ``scale_mlp=True``) or none.
+
+    Args:
+        embed_dims (int): Input and output channels C.
+        hidden_dims (int): Hidden channels.
+        drop (float): Dropout after the gate and after fc2. Defaults to 0.
+        sub_norm_cfg (dict, optional): The norm of the hidden channels.
+            Defaults to None (none).
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 hidden_dims: int,
+                 drop: float = 0.,
+                 sub_norm_cfg: Optional[dict] = None) -> None:
+        super().__init__()
+        self.fc1_g = nn.Linear(embed_dims, hidden_dims)
+        self.fc1_x = nn.Linear(embed_dims, hidden_dims)
+        self.act = nn.SiLU()
+        self.norm = nn.Identity() if sub_norm_cfg is None else \
+            build_norm_layer(sub_norm_cfg, hidden_dims)[1]
+        self.fc2 = nn.Linear(hidden_dims, embed_dims)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, N, C) -> (B, N, C)."""
+        hidden = self.drop(self.act(self.fc1_g(x)) * self.fc1_x(x))
+        return self.drop(self.fc2(self.norm(hidden)))
+
+
+#: The feed-forward of a block (``ViTBlock(mlp_type=...)``)
+MLP_TYPES = ('mlp', 'swiglu', 'swiglu-subln')
+
+
+class LayerScale(nn.Module):
+    """Per-channel scale of a residual branch, ``x * gamma`` (CaiT, Touvron
+    et al. 2021, Eq. 4; DINOv2 / DINOv3's ``ls1`` / ``ls2``).
+
+    Args:
+        embed_dims (int): Channels C.
+        init_value (float): Initial value of every ``gamma`` entry.
+    """
+
+    def __init__(self, embed_dims: int, init_value: float) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((embed_dims, ), init_value))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., C) -> (..., C)."""
+        return x * self.gamma
 
 
 class ViTAttention(PEAttention):
@@ -129,6 +185,13 @@ class ViTBlock(nn.Module):
         norm_cfg (dict): Norm config. Defaults to LN with eps 1e-6.
         window_size (int): Window side S; 0 attends globally. Windows take
             no skip (class) tokens. Defaults to 0.
+        mlp_type (str): The feed-forward, one of :data:`MLP_TYPES`: GELU
+            :class:`Mlp`, :class:`SwiGLU`, or SwiGLU with a sub-LN of the
+            hidden channels (``norm_cfg``; EVA-02). Defaults to 'mlp'.
+        layer_scale_init (float, optional): With a value, each residual
+            branch is scaled by a :class:`LayerScale` (``ls1`` after the
+            attention, ``ls2`` after the MLP; DINOv2 / DINOv3) initialised
+            to it. Defaults to None (no scale).
         window_padding (str): What attention makes of the tokens that pad
             the grid to whole windows, one of
             :data:`~mmpe.models.layers.windows.window.WINDOW_PADDINGS`:
@@ -149,6 +212,8 @@ class ViTBlock(nn.Module):
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  window_size: int = 0,
                  window_padding: str = 'masked',
+                 mlp_type: str = 'mlp',
+                 layer_scale_init: Optional[float] = None,
                  **attn_kwargs) -> None:
         super().__init__()
         check_int('window_size', window_size, minimum=0, hint='0: global')
@@ -166,7 +231,17 @@ class ViTBlock(nn.Module):
         self.drop_path = DropPath(drop_path) if drop_path > 0 else \
             nn.Identity()
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), drop)
+        check_choice('mlp_type', mlp_type, MLP_TYPES)
+        hidden = int(embed_dims * mlp_ratio)
+        if mlp_type == 'mlp':
+            self.mlp = Mlp(embed_dims, hidden, drop)
+        else:
+            self.mlp = SwiGLU(embed_dims, hidden, drop, norm_cfg
+                              if mlp_type == 'swiglu-subln' else None)
+        self.ls1, self.ls2 = nn.Identity(), nn.Identity()
+        if layer_scale_init is not None:
+            self.ls1 = LayerScale(embed_dims, layer_scale_init)
+            self.ls2 = LayerScale(embed_dims, layer_scale_init)
 
     def forward(self,
                 x: Tensor,
@@ -181,8 +256,8 @@ class ViTBlock(nn.Module):
             y = self._window_attn(y, hw_shape, rope, key_padding_mask)
         else:
             y = self.attn(y, hw_shape, rope, key_padding_mask)
-        x = x + self.drop_path(y)
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.ls1(y))
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
 
     def _window_attn(self, x: Tensor, hw_shape: Tuple[int, int],
                      rope: Optional[Tuple[Tensor, Tensor]],

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from ..common.arg_checks import check_grid
 from ..common.cache import BoundedCache
+from .table_resample import cubic_taps, resample_table_per_image
 
 
 def build_sincos_pos_embed_2d(hw_shape: Tuple[int, int],
@@ -70,7 +71,10 @@ def resample_pos_embed(pos_embed: Tensor,
                        num_skip: int = 0,
                        mode: str = 'bicubic',
                        antialias: bool = True,
-                       in_float32: bool = True) -> Tensor:
+                       in_float32: bool = True,
+                       per_image: bool = False,
+                       offset: float = 0.,
+                       extent: Optional[Tensor] = None) -> Tensor:
     """Resample a learnable position table to another grid (DeiT / timm).
 
     The patch part of the table is reshaped to its ``src_shape`` grid and
@@ -78,7 +82,8 @@ def resample_pos_embed(pos_embed: Tensor,
     384 and timm's ``resample_abs_pos_embed``); the ``num_skip`` leading
     entries (class token) are kept as they are. At ``dst_shape ==
     src_shape`` the table is returned unchanged. :data:`POS_EMBED_INTERPS`
-    names the two settings in use (timm's, detectron2's ``get_abs_pos``).
+    names the settings in use (timm's, detectron2's ``get_abs_pos``,
+DINOv2's two ``interpolate_pos_encoding`` settings).
 
     Args:
         pos_embed (Tensor): ``(1, num_skip + h0 * w0, C)``.
@@ -94,16 +99,25 @@ def resample_pos_embed(pos_embed: Tensor,
             dtype (as timm); False: in the table's dtype, float32 at least
             (as detectron2, which interpolates the parameter itself).
             Defaults to True.
+        per_image (bool): Resample bicubically to each image's valid
+            ``extent`` with :func:`~.table_resample.resample_table_per_image`
+            (DINOv2; ``mode`` bicubic, ``antialias`` and ``offset`` as
+            there). Defaults to False.
+        offset (float): DINOv2's ``interpolate_offset`` (only with
+            ``per_image``). Defaults to 0.
+        extent (Tensor, optional): ``(B, 2)`` each image's valid ``(rows,
+            cols)`` (only with ``per_image``; None: the whole grid).
 
     Returns:
-        Tensor: ``(1, num_skip + h * w, C)``, same dtype as the input.
+        Tensor: ``(1, num_skip + h * w, C)`` (``(B, ...)`` per image), same
+        dtype as the input.
     """
     h0, w0 = src_shape
     if pos_embed.shape[1] != num_skip + h0 * w0:
         raise ValueError(
             f'resample_pos_embed: table length {pos_embed.shape[1]} != '
             f'num_skip + h0 * w0 = {num_skip} + {h0} * {w0}')
-    if tuple(dst_shape) == (h0, w0):
+    if tuple(dst_shape) == (h0, w0) and (not per_image or extent is None):
         return pos_embed
     c = pos_embed.shape[-1]
     skip, grid = pos_embed[:, :num_skip], pos_embed[:, num_skip:]
@@ -111,6 +125,11 @@ def resample_pos_embed(pos_embed: Tensor,
     dtype = torch.float32 if in_float32 else torch.promote_types(
         pos_embed.dtype, torch.float32)
     grid = grid.reshape(1, h0, w0, c).permute(0, 3, 1, 2).to(dtype)
+    if per_image:
+        grid = resample_table_per_image(grid[0], dst_shape, extent,
+                                        antialias, offset)
+        skip = skip.expand(grid.shape[0], -1, -1)
+        return torch.cat([skip, grid.to(pos_embed.dtype)], dim=1)
     if mode == 'bicubic' and not antialias:
         grid = bicubic_resize(grid, dst_shape)
     else:
@@ -122,30 +141,6 @@ def resample_pos_embed(pos_embed: Tensor,
     # (1, C, h, w) -> (1, h*w, C)
     grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
     return torch.cat([skip, grid], dim=1)
-
-
-def _cubic_taps(size: int, length, device: torch.device,
-                dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
-    """Source rows ``(length, 4)`` and weights ``(length, 4)`` of the plain
-    bicubic resize of ``size`` samples to ``length``.
-
-    Output sample ``o`` reads the source at ``s = (o + 0.5) size / length -
-    0.5`` (half-pixel centres, not clamped); with ``t = s - floor(s)`` its
-    taps ``floor(s) - 1 .. floor(s) + 2`` (clamped to the source: border
-    samples repeated) weigh ``W(t + 1), W(t), W(1 - t), W(2 - t)`` for Keys'
-    cubic kernel ``W`` with ``a = -0.75`` (Keys 1981, Eq. 15): PyTorch's
-    ``upsample_bicubic2d``.
-    """
-    pos = torch.arange(length, device=device, dtype=dtype)
-    src = (2 * pos + 1) * size / (2 * length) - 0.5
-    low = src.floor()
-    t = (src - low)[:, None]
-    d = torch.cat([t + 1, t, 1 - t, 2 - t], dim=1)  # distance of each tap
-    a = -0.75
-    near = ((a + 2) * d - (a + 3)) * d * d + 1  # |d| <= 1
-    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # 1 < |d| < 2
-    index = low.long()[:, None] + torch.arange(-1, 3, device=device)
-    return index.clamp(0, size - 1), torch.where(d <= 1, near, far)
 
 
 def bicubic_resize(grid: Tensor, dst_shape: Tuple[int, int]) -> Tensor:
@@ -162,9 +157,9 @@ def bicubic_resize(grid: Tensor, dst_shape: Tuple[int, int]) -> Tensor:
     Returns:
         Tensor: ``(N, C, h, w)``.
     """
-    rows, row_w = _cubic_taps(grid.shape[2], dst_shape[0], grid.device,
+    rows, row_w = cubic_taps(grid.shape[2], dst_shape[0], grid.device,
                               grid.dtype)
-    cols, col_w = _cubic_taps(grid.shape[3], dst_shape[1], grid.device,
+    cols, col_w = cubic_taps(grid.shape[3], dst_shape[1], grid.device,
                               grid.dtype)
     # (N, C, h, 4, w0) -> (N, C, h, w0)
     grid = (grid[:, :, rows] * row_w[:, :, None]).sum(3)
@@ -177,10 +172,17 @@ def bicubic_resize(grid: Tensor, dst_shape: Tuple[int, int]) -> Tensor:
 #: antialiased bicubic in float32) or ``'detectron2'`` (ViTDet's
 #: ``get_abs_pos``: plain bicubic, ``align_corners=False``, in the table's
 #: dtype, by :func:`bicubic_resize`; its class-token row is dropped when the
-#: weights are converted).
+#: weights are converted), ``'dinov2'`` / ``'dinov2-reg'`` (DINOv2's
+#: ``interpolate_pos_encoding`` of its hub models without / with registers:
+#: plain bicubic at ``M / (n + 0.1)`` / antialiased at ``M / n``, in float32,
+#: to each image's valid grid, :mod:`.table_resample`).
 POS_EMBED_INTERPS = {
     'timm': dict(mode='bicubic', antialias=True, in_float32=True),
     'detectron2': dict(mode='bicubic', antialias=False, in_float32=False),
+    'dinov2': dict(mode='bicubic', antialias=False, in_float32=True,
+                   per_image=True, offset=0.1),
+    'dinov2-reg': dict(mode='bicubic', antialias=True, in_float32=True,
+                       per_image=True, offset=0.),
 }
 
 

@@ -210,8 +210,10 @@ class RoPECoords(nn.Module):
 
     One instance per model (a DETR encoder, a backbone): its ``forward`` is
     called once per batch and the result goes to every rotary layer, so
-    all layers see the same (augmented) coordinates, as DINOv3 computes its
-    RoPE once per forward for all blocks. Holds no parameters or buffers.
+    all layers see the same (augmented) coordinates. A backbone augmenting
+    as DINOv3 calls it once per block instead (DINOv3's ViT calls its
+    ``rope_embed`` in every block: ``dinov3/models/vision_transformer.py``),
+    so each block gets its own draw. Holds no parameters or buffers.
 
     Args:
         coords (str): ``'index'`` (integer token positions; the default,
@@ -231,6 +233,12 @@ class RoPECoords(nn.Module):
             released configs use 2). 1 (default) is off.
         prefix (str): Where these keys live in the user's config, for error
             messages. Defaults to ``''``.
+        scale (float | tuple[float, float]): Factor of the positions, one
+            or per axis ``(y, x)``, before the augmentations: EVA-02's
+            integer positions "interpolated" from its pretraining grid to
+            another (``pt_seq_len / ft_seq_len``, ``VisionRotaryEmbeddingFast``
+            of its ``det`` code; timm's ``ref_feat_shape / feat_shape``).
+            Defaults to 1.
     """
 
     def __init__(self,
@@ -239,9 +247,19 @@ class RoPECoords(nn.Module):
                  shift: float = 0.,
                  jitter: float = 1.,
                  rescale: float = 1.,
-                 prefix: str = '') -> None:
+                 prefix: str = '',
+                 scale=1.) -> None:
         super().__init__()
         check_coord_args(coords, normalize, shift, jitter, rescale, prefix)
+        scale = tuple(scale) if isinstance(scale, (list, tuple)) else (
+            scale, scale)
+        if len(scale) != 2 or not all(
+                isinstance(s, (int, float)) and not isinstance(s, bool)
+                and math.isfinite(s) and s > 0 for s in scale):
+            raise ValueError(
+                f'Unsupported `{prefix}scale` {scale!r}, please choose a '
+                'finite number > 0 or a pair (y, x) of them')
+        self.scale = tuple(float(s) for s in scale)
         self.coords = coords
         self.normalize = normalize
         self.shift = float(shift)
@@ -278,7 +296,8 @@ class RoPECoords(nn.Module):
             integer indices (the rotary modules' cached tables of the grid
             apply: the same numbers).
         """
-        if self.coords == 'index' and not self.augments:
+        if self.coords == 'index' and not self.augments and \
+                self.scale == (1., 1.):
             return None
         if device is None and key_padding_mask is not None:
             device = key_padding_mask.device
@@ -291,6 +310,9 @@ class RoPECoords(nn.Module):
                 extent = valid_extent(key_padding_mask, (h, w))
             pos = normalized_coords((h, w), extent, self.normalize, device,
                                     dtype)
+        if self.scale != (1., 1.):
+            pos = pos * torch.tensor(self.scale, dtype=pos.dtype,
+                                     device=pos.device)
         if self.augments:
             pos = augment_coords(pos, self.shift, self.jitter, self.rescale)
         if self.coords == 'normalized':
@@ -300,4 +322,4 @@ class RoPECoords(nn.Module):
     def extra_repr(self) -> str:
         return (f'coords={self.coords!r}, normalize={self.normalize!r}, '
                 f'shift={self.shift}, jitter={self.jitter}, '
-                f'rescale={self.rescale}')
+                f'rescale={self.rescale}, scale={self.scale}')
