@@ -27,7 +27,7 @@ Graph (all sizes but ``Q`` and ``C`` dynamic)::
     -> boxes    (B, Q, 4)     normalised (cx, cy, w, h) in [0, 1] of the
                               valid image, as the head outputs them
 """
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -35,15 +35,21 @@ from torch import Tensor, nn
 
 from mmdet.models.detectors import (DABDETR, DETR, ConditionalDETR,
                                     DeformableDETR, DetectionTransformer)
+from mmdet.structures import DetDataSample
 from ..models.detectors import (PaddingAwareMixin, PEConditionalDETR,
                                 PEDABDETR, PEDETR, PEEncoderMixin)
 from ..models.detectors.padding_aware import PaddingAwareDETR
+from ..models.detectors.rtdetr import RTDETR
+from .img_shapes import padding_mask_from_img_shapes
 from .onnx_export import export_onnx
+from .rtdetr_onnx import RTDETRExportWrapper
 
 #: Detector classes whose tensor forward exports (their subclasses too, as
 #: long as they keep these classes' ``pre_transformer``).
+#: RT-DETR exports with :class:`~mmpe.deployment.RTDETRExportWrapper`.
 SUPPORTED_DETECTORS = (DETR, ConditionalDETR, DABDETR, PEDETR,
-                       PEConditionalDETR, PEDABDETR, PaddingAwareDETR)
+                       PEConditionalDETR, PEDABDETR, PaddingAwareDETR,
+                       RTDETR)
 SUPPORTED_NAMES = tuple(cls.__name__ for cls in SUPPORTED_DETECTORS)
 
 #: The pre_transformer implementations the wrapper reproduces.
@@ -56,6 +62,8 @@ OUTPUT_NAMES = ('scores', 'boxes')
 
 def _refusal(detector: nn.Module) -> Optional[str]:
     """Why ``detector`` cannot be exported (None: it can)."""
+    if isinstance(detector, RTDETR):
+        return None
     if isinstance(detector, DeformableDETR):
         return ('its encoder and decoder use multi-scale deformable '
                 'attention over several feature levels (mmcv\'s compiled '
@@ -89,26 +97,6 @@ def check_exportable(detector: nn.Module) -> None:
             'subclass keeping their pre_transformer)')
 
 
-def padding_mask_from_img_shapes(img_shapes: Tensor,
-                                 batch_shape: Tuple[int, int]) -> Tensor:
-    """``(B, H, W)`` bool mask, True on padding, with tensor ops.
-
-    The graph twin of :func:`mmpe.models.utils.padding_mask_from_shapes`:
-    image ``i``'s valid region ``img_shapes[i] = (h_i, w_i)`` sits at the
-    top-left of the ``(H, W)`` batch (mmdet pads bottom/right).
-
-    Args:
-        img_shapes (Tensor): ``(B, 2)`` integer valid sizes ``(h, w)``.
-        batch_shape (tuple[int, int]): The padded ``(H, W)``; may be
-            symbolic while tracing.
-    """
-    height, width = batch_shape
-    rows = torch.arange(height, device=img_shapes.device)
-    cols = torch.arange(width, device=img_shapes.device)
-    return ((rows[None, :, None] >= img_shapes[:, 0, None, None])
-            | (cols[None, None, :] >= img_shapes[:, 1, None, None]))
-
-
 class DETRExportWrapper(nn.Module):
     """A DETR-family detector's tensor forward with tensor inputs only.
 
@@ -127,6 +115,9 @@ class DETRExportWrapper(nn.Module):
     def __init__(self, detector: nn.Module) -> None:
         super().__init__()
         check_exportable(detector)
+        if isinstance(detector, RTDETR):
+            raise ValueError('DETRExportWrapper: RTDETR has its own wrapper, '
+                             'RTDETRExportWrapper (or use export_wrapper)')
         self.detector = detector
 
     def extract_feat(self, images: Tensor, pixel_mask: Tensor) -> Tuple:
@@ -198,6 +189,43 @@ class DETRExportWrapper(nn.Module):
         return all_scores[-1], all_boxes[-1]
 
 
+def export_wrapper(detector: nn.Module) -> nn.Module:
+    """The export wrapper of ``detector`` (:class:`RTDETRExportWrapper`
+    for RT-DETR, else :class:`DETRExportWrapper`), in eval mode; a
+    detector that does not export raises a ValueError naming why."""
+    check_exportable(detector)
+    if isinstance(detector, RTDETR):
+        return RTDETRExportWrapper(detector).eval()
+    return DETRExportWrapper(detector).eval()
+
+
+def predict_from_outputs(detector: nn.Module, scores: Tensor, boxes: Tensor,
+                         batch_img_metas: List[dict],
+                         rescale: bool = True) -> List:
+    """Detections (``InstanceData`` per image) from the graph's outputs
+    with the detector head's own post-processing: mmdet's
+    ``predict_by_feat`` of the DETR heads, ``RTDETRHead.predict`` (top-k
+    over sigmoid scores) for RT-DETR.
+
+    Args:
+        detector (nn.Module): The exported detector (or one built from its
+            config: only its head's ``test_cfg`` is used).
+        scores (Tensor): ``(B, Q, C)`` graph output.
+        boxes (Tensor): ``(B, Q, 4)`` graph output.
+        batch_img_metas (list[dict]): each image's ``img_shape`` and, with
+            ``rescale``, ``scale_factor``.
+        rescale (bool): Boxes in the original image's pixels.
+    """
+    check_exportable(detector)
+    if isinstance(detector, RTDETR):
+        samples = [DetDataSample(metainfo=meta) for meta in batch_img_metas]
+        return detector.bbox_head.predict(scores[None], boxes[None], samples,
+                                          rescale=rescale)
+    return detector.bbox_head.predict_by_feat(
+        scores[None], boxes[None], batch_img_metas=batch_img_metas,
+        rescale=rescale)
+
+
 def detr_dynamic_shapes() -> Dict[str, Dict[int, object]]:
     """Batch, height and width dynamic; ``img_shapes`` shares the batch."""
     from torch.export import Dim
@@ -219,8 +247,9 @@ def export_detector_onnx(detector: nn.Module,
                          images: Tensor,
                          img_shapes: Optional[Tensor] = None,
                          opset_version: Optional[int] = None,
-                         optimize: bool = True) -> DETRExportWrapper:
-    """Export a DETR-family detector (see :class:`DETRExportWrapper`).
+                         optimize: bool = True) -> nn.Module:
+    """Export a DETR-family detector (see :class:`DETRExportWrapper`
+    and, for RT-DETR, :class:`RTDETRExportWrapper`).
 
     Args:
         detector (nn.Module): The detector, in eval mode.
@@ -234,10 +263,10 @@ def export_detector_onnx(detector: nn.Module,
             :func:`~mmpe.deployment.export_onnx`).
 
     Returns:
-        DETRExportWrapper: The exported module (its forward is the PyTorch
+        nn.Module: The exported wrapper (its forward is the PyTorch
         reference of the graph).
     """
-    wrapper = DETRExportWrapper(detector).eval()
+    wrapper = export_wrapper(detector)
     if img_shapes is None:
         img_shapes = images.new_tensor(images.shape[-2:], dtype=torch.long)
         img_shapes = img_shapes.expand(images.shape[0], 2).contiguous()

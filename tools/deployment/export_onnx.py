@@ -1,4 +1,5 @@
-"""Export a DETR-family detector to ONNX (PyTorch's dynamo exporter).
+"""Export a DETR-family detector (RT-DETR included) to ONNX (PyTorch's
+dynamo exporter).
 
 The graph is the detector's tensor forward, images -> class scores and
 boxes of the last decoder layer, with dynamic batch, height and width::

@@ -4,8 +4,9 @@
 The config's test dataloader feeds batches through the detector's
 ``data_preprocessor`` (normalisation, bottom/right padding); onnxruntime
 runs the graph of ``tools/deployment/export_onnx.py`` on the padded images
-and their valid sizes; mmdet's ``bbox_head.predict_by_feat`` (the last
-decoder layer as a one-layer stack, ``rescale=True``) turns the scores and
+and their valid sizes; the head's own post-processing (mmdet's
+``bbox_head.predict_by_feat``, ``RTDETRHead.predict`` for RT-DETR; the
+output layer as a one-layer stack, ``rescale=True``) turns the scores and
 boxes into detections in original image coordinates, and the config's test
 evaluator (COCO AP) scores them::
 
@@ -28,7 +29,7 @@ from mmengine.runner import Runner
 
 import mmpe  # noqa: F401  (registers modules)
 from mmpe.deployment import (INPUT_NAMES, OUTPUT_NAMES, check_exportable,
-                             onnxruntime_session)
+                             onnxruntime_session, predict_from_outputs)
 from mmpe.utils import (DataNotFoundError, check_data_paths,
                         fix_worker_settings)
 from mmpe.utils.tool_args import (add_cfg_options, dump_detections,
@@ -93,11 +94,9 @@ def evaluate(cfg, onnx_file, threads=0):
                               dtype=np.int64)
         scores, boxes = session.run(
             None, dict(images=inputs.numpy(), img_shapes=img_shapes))
-        results = model.bbox_head.predict_by_feat(
-            torch.from_numpy(scores)[None],
-            torch.from_numpy(boxes)[None],
-            batch_img_metas=[s.metainfo for s in samples],
-            rescale=True)
+        results = predict_from_outputs(
+            model, torch.from_numpy(scores), torch.from_numpy(boxes),
+            [s.metainfo for s in samples], rescale=True)
         samples = model.add_pred_to_datasample(samples, results)
         evaluator.process(data_samples=samples, data_batch=data_batch)
     return evaluator.evaluate(len(dataloader.dataset))
