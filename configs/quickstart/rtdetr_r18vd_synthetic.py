@@ -186,6 +186,13 @@ param_scheduler = [
         end=100)
 ]
 custom_hooks = [
+    # the runtime base's hooks (configs/_base_/runtime_mmpe.py), named again
+    # because this list replaces the base's
+    dict(type='DatasetCheckHook'),
+    dict(type='PlainParamGroupsHook'),
+    dict(type='RNGStateHook'),
+    dict(type='PreemptionHook'),
+    dict(type='PlainCheckpointHook'),
     dict(
         type='EMAHook',
         ema_type='RTDETREMA',

@@ -22,6 +22,13 @@ max_epochs = 84
 stop_epoch = 81
 train_cfg = dict(max_epochs=max_epochs)
 custom_hooks = [
+    # the runtime base's hooks (configs/_base_/runtime_mmpe.py), named again
+    # because this list replaces the base's
+    dict(type='DatasetCheckHook'),
+    dict(type='PlainParamGroupsHook'),
+    dict(type='RNGStateHook'),
+    dict(type='PreemptionHook'),
+    dict(type='PlainCheckpointHook'),
     {{_base_.ema_hook}},
     dict(
         type='PipelineSwitchHook',

@@ -34,7 +34,12 @@ def keep_ratio_shape(h, w, resize, factor):
     """(h, w) after mmcv's Resize(keep_ratio=True) of the config's original
     ``resize`` with its sizes times ``factor`` (pixels rounded): the scale
     is min(long / max(h, w), short / min(h, w)) for ``scale=(long,
-    short)``, ``scale_factor`` otherwise; sides are int(side * s + 0.5)."""
+    short)``, ``scale_factor`` otherwise; sides are int(side * s + 0.5).
+    Without ``keep_ratio`` (RT-DETR's square resize) the image is the
+    scaled ``scale=(w, h)`` whatever its own shape."""
+    if not resize.get('keep_ratio', False) and resize.get('scale'):
+        w, h = (int(round(v * factor)) for v in resize['scale'])
+        return h, w
     if resize.get('scale') is not None:
         target = [int(round(v * factor)) for v in resize['scale']]
         s = min(max(target) / max(h, w), min(target) / min(h, w))

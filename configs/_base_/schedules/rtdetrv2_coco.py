@@ -69,6 +69,13 @@ ema_hook = dict(
     warmups=2000,
     priority=49)
 custom_hooks = [
+    # the runtime base's hooks (configs/_base_/runtime_mmpe.py), named again
+    # because this list replaces the base's
+    dict(type='DatasetCheckHook'),
+    dict(type='PlainParamGroupsHook'),
+    dict(type='RNGStateHook'),
+    dict(type='PreemptionHook'),
+    dict(type='PlainCheckpointHook'),
     ema_hook,
     dict(
         type='PipelineSwitchHook',
