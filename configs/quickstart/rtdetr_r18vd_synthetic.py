@@ -186,13 +186,6 @@ param_scheduler = [
         end=100)
 ]
 custom_hooks = [
-    # the runtime base's hooks (configs/_base_/runtime_mmpe.py), named again
-    # because this list replaces the base's
-    dict(type='DatasetCheckHook'),
-    dict(type='PlainParamGroupsHook'),
-    dict(type='RNGStateHook'),
-    dict(type='PreemptionHook'),
-    dict(type='PlainCheckpointHook'),
     dict(
         type='EMAHook',
         ema_type='RTDETREMA',
@@ -204,6 +197,14 @@ custom_hooks = [
         switch_epoch=stop_epoch,
         switch_pipeline=train_pipeline_stage2),
     dict(type='BatchResizeStopHook', stop_epoch=stop_epoch),
+    # the runtime base's hooks (configs/_base_/runtime_mmpe.py), named again
+    # after the RT-DETR hooks (their indices are used by --cfg-options),
+    # because this list replaces the base's
+    dict(type='DatasetCheckHook'),
+    dict(type='PlainParamGroupsHook'),
+    dict(type='RNGStateHook'),
+    dict(type='PreemptionHook'),
+    dict(type='PlainCheckpointHook'),
 ]
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=25),
